@@ -1,0 +1,64 @@
+"""Model catalog: one JSON file per model in ``catalog/models/`` (fields of :class:`moetune.spec.ModelArch`).
+
+Lookup is case-insensitive over names and aliases, ignoring spaces, '-', '_' and '.'; any path ending in ``.json``
+is read as a Hugging Face ``config.json`` (see :mod:`moetune.io.hf`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from moetune.errors import InputError, UnknownNameError
+from moetune.spec.model import ModelArch
+
+
+def normalize_name(name: str) -> str:
+    """Key for case- and punctuation-insensitive lookup: 'GPT OSS 120B' == 'gpt-oss-120b' == 'GPT_OSS_120B'."""
+    return re.sub(r"[\s\-_.()/]+", "", name.lower())
+
+
+@cache
+def _catalog() -> dict[str, ModelArch]:
+    out: dict[str, ModelArch] = {}
+    root = resources.files("moetune.catalog") / "models"
+    for entry in sorted(root.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".json"):
+            continue
+        data = json.loads(entry.read_text())
+        model = ModelArch.model_validate(data)
+        out[model.name] = model
+    return out
+
+
+@cache
+def _index() -> dict[str, str]:
+    idx: dict[str, str] = {}
+    for name, model in _catalog().items():
+        for key in (name, *model.aliases):
+            idx[normalize_name(key)] = name
+    return idx
+
+
+def list_models() -> list[ModelArch]:
+    """All catalog models, sorted by name."""
+    return [m for _, m in sorted(_catalog().items())]
+
+
+def get_model(name_or_path: str) -> ModelArch:
+    """A catalog model by name/alias, or a model read from a Hugging Face ``config.json`` path."""
+    if name_or_path.lower().endswith(".json"):
+        path = Path(name_or_path)
+        if not path.is_file():
+            raise InputError(f"{name_or_path}: no such file (expected a Hugging Face config.json)", field="model")
+        from moetune.io.hf import model_from_hf_config  # local import: io depends on catalog, not vice versa
+
+        return model_from_hf_config(path)
+    key = normalize_name(name_or_path)
+    idx = _index()
+    if key not in idx:
+        raise UnknownNameError("model", name_or_path, _catalog().keys())
+    return _catalog()[idx[key]]

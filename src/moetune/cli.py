@@ -1,0 +1,87 @@
+"""The ``moetune`` command: a thin typer app.
+
+Each command lives in ``moetune.commands.<module>`` and registers itself through ``register(app)``;
+this file only wires them together and turns every user-facing error into one line with exit code 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+import typer
+
+from moetune.errors import MoetuneError, one_line
+from moetune.output import err_console
+
+app = typer.Typer(
+    name="moetune",
+    help="Plan, estimate, check and diagnose Mixture-of-Experts training on Megatron-Core / Megatron-Bridge.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+#: command modules, in the order they appear in ``moetune --help``
+COMMAND_MODULES = (
+    "plan",
+    "estimate",
+    "check",
+    "logs",
+    "trace",
+    "sweep",
+    "catalog",
+    "layout",
+    "flops",
+    "calibrate",
+)
+
+for _name in COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(f"moetune.commands.{_name}")
+    except ModuleNotFoundError as _exc:  # a command module not written yet
+        if _exc.name != f"moetune.commands.{_name}":
+            raise
+        continue
+    _mod.register(app)
+
+
+@app.command("version")
+def version() -> None:
+    """Print the moetune version."""
+    from moetune import __version__
+
+    print(__version__)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    try:
+        rv = app(args=argv, standalone_mode=False)
+    except MoetuneError as exc:
+        _fail(one_line(exc), exc.exit_code)
+    except click.exceptions.UsageError as exc:
+        _fail(one_line(exc.format_message()), 2)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        _fail(one_line(exc.format_message()), 2)
+    except FileNotFoundError as exc:
+        _fail(f"{exc.filename}: no such file", 2)
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        _fail(one_line(exc), 2)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

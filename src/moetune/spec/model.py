@@ -1,0 +1,176 @@
+"""Model architecture: what Megatron-Core builds, in Megatron-Core / Bridge field names.
+
+Layers are described by two parallel per-layer strings so that dense, MoE, interleaved (Llama-4),
+first-k-dense (DeepSeek), sliding-window (GPT-OSS) and hybrid Mamba / gated-DeltaNet (Nemotron-H,
+Qwen3-Next) models share one representation:
+
+* ``mixer_pattern[i]`` — the token mixer of decoder layer *i*:
+  ``A`` full (causal) self-attention (GQA/MHA, or MLA when ``multi_latent_attention``),
+  ``W`` sliding-window attention (window ``window_size``), ``M`` Mamba-2 block, ``G`` gated DeltaNet
+  (linear attention), ``_`` none (an MLP-only layer of a hybrid model).
+* ``mlp_pattern[i]`` — the channel mixer of decoder layer *i*: ``D`` dense MLP (width ``ffn_hidden_size``),
+  ``E`` MoE (``num_moe_experts`` routed experts of width ``moe_ffn_hidden_size``, top ``moe_router_topk``, plus
+  shared experts of total width ``moe_shared_expert_intermediate_size``), ``_`` none (a mixer-only layer).
+
+``num_layers`` counts decoder layers (Megatron's ``--num-layers``; for hybrid models one per pattern char, as
+Megatron's ``hybrid_override_pattern``); MTP layers are extra (``mtp_num_layers``) and copy the last layer's type.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MIXERS = {"A": "attention", "W": "sliding_window_attention", "M": "mamba", "G": "gated_deltanet", "_": "none"}
+MLPS = {"D": "dense", "E": "moe", "_": "none"}
+
+
+class ModelArch(BaseModel):
+    """A decoder-only (MoE) transformer as Megatron-Core builds it. Field names follow ``TransformerConfig``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="Catalog name, e.g. 'DeepSeek-V3'.")
+    aliases: tuple[str, ...] = Field(default=(), description="Other accepted spellings (case-insensitive).")
+    family: str = Field(default="gpt", description="Architecture family: deepseek, qwen3_moe, mixtral, gpt_oss, ...")
+    hf_id: str | None = Field(default=None, description="Hugging Face repository id, when there is one.")
+    source: str | None = Field(default=None, description="Where the numbers come from (HF config, Bridge provider).")
+
+    # --- trunk -------------------------------------------------------------------------------------------
+    num_layers: int = Field(gt=0, description="Decoder layers (--num-layers), MTP excluded.")
+    hidden_size: int = Field(gt=0, description="h (--hidden-size).")
+    ffn_hidden_size: int = Field(ge=0, description="Dense MLP width f (--ffn-hidden-size); 0 when no dense MLP.")
+    num_attention_heads: int = Field(gt=0, description="Query heads a (--num-attention-heads).")
+    num_query_groups: int | None = Field(default=None, description="KV heads for GQA (--num-query-groups); None = MHA.")
+    kv_channels: int | None = Field(default=None, description="Head dim (--kv-channels); None = h / heads.")
+    vocab_size: int = Field(gt=0, description="Tokenizer vocabulary before padding.")
+    make_vocab_size_divisible_by: int = Field(default=128, description="Megatron pads V to a multiple of this x TP.")
+    untie_embeddings_and_output_weights: bool = Field(default=True, description="False = tied input/output embedding.")
+    gated_linear_unit: bool = Field(default=True, description="SwiGLU/GeGLU MLPs (FC1 is 2 x width).")
+    activation: Literal["swiglu", "geglu", "gelu", "relu", "squared_relu", "swiglu_clamped"] = "swiglu"
+    normalization: Literal["RMSNorm", "LayerNorm"] = "RMSNorm"
+    qk_layernorm: bool = Field(default=False, description="Per-head RMSNorm on Q and K (Qwen3, OLMoE).")
+    add_bias_linear: bool = Field(default=False, description="Biases on all linear layers (GPT-OSS).")
+    add_qkv_bias: bool = Field(default=False, description="Bias on the QKV projection only (Qwen2).")
+    softmax_sinks: bool = Field(default=False, description="Learned attention sinks, one scalar per head (GPT-OSS).")
+
+    # --- per-layer pattern --------------------------------------------------------------------------------
+    mixer_pattern: str = Field(description="One char per decoder layer: A, W, M, G, _ (see module doc).")
+    mlp_pattern: str = Field(description="One char per decoder layer: D, E, _ (see module doc).")
+    window_size: int | None = Field(default=None, description="Sliding-window size in tokens for 'W' layers.")
+
+    # --- MLA (DeepSeek-V2/V3, Kimi-K2, Moonlight) ------------------------------------------------------------
+    multi_latent_attention: bool = False
+    q_lora_rank: int | None = Field(default=None, description="Query low-rank dim r_q; None = full-rank Q (V2-Lite).")
+    kv_lora_rank: int | None = Field(default=None, description="KV latent dim r_kv.")
+    qk_head_dim: int | None = Field(default=None, description="Non-rotary Q/K head dim (qk_nope_head_dim).")
+    qk_pos_emb_head_dim: int | None = Field(default=None, description="Rotary Q/K head dim (qk_rope_head_dim).")
+    v_head_dim: int | None = Field(default=None, description="Value head dim.")
+
+    # --- MoE --------------------------------------------------------------------------------------------
+    num_moe_experts: int | None = Field(default=None, description="Routed experts E (--num-experts).")
+    moe_router_topk: int = Field(default=2, description="Experts per token k.")
+    moe_ffn_hidden_size: int | None = Field(default=None, description="Per-expert width f_moe.")
+    moe_shared_expert_intermediate_size: int | None = Field(
+        default=None, description="Total width of the shared expert(s) f_sh (num_shared x width)."
+    )
+    moe_shared_expert_gate: bool = Field(default=False, description="Sigmoid gate on the shared expert (Qwen2/3-Next).")
+    moe_router_num_groups: int | None = Field(default=None, description="Device-limited routing groups (DSV3: 8).")
+    moe_router_group_topk: int | None = Field(default=None, description="Groups kept per token (DSV3: 4).")
+    moe_latent_size: int | None = Field(default=None, description="Latent MoE: experts run at this width (Nemotron).")
+
+    # --- hybrid mixers ----------------------------------------------------------------------------------
+    mamba_state_dim: int | None = None
+    mamba_head_dim: int | None = None
+    mamba_num_heads: int | None = None
+    mamba_num_groups: int | None = None
+    mamba_d_conv: int = 4
+    linear_key_head_dim: int | None = Field(default=None, description="Gated DeltaNet key head dim.")
+    linear_value_head_dim: int | None = Field(default=None, description="Gated DeltaNet value head dim.")
+    linear_num_key_heads: int | None = None
+    linear_num_value_heads: int | None = None
+    linear_conv_kernel_dim: int = 4
+
+    # --- MTP --------------------------------------------------------------------------------------------
+    mtp_num_layers: int = Field(default=0, ge=0, description="Multi-token-prediction depth (DSV3: 1).")
+
+    # --- published reference numbers (for checks, never used in formulas) ----------------------------------
+    published_total_params: int | None = Field(default=None, description="Published total parameter count.")
+    published_active_params: int | None = Field(default=None, description="Published active parameters per token.")
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelArch:
+        if len(self.mixer_pattern) != self.num_layers or len(self.mlp_pattern) != self.num_layers:
+            raise ValueError(
+                f"{self.name}: mixer_pattern/mlp_pattern length ({len(self.mixer_pattern)}/{len(self.mlp_pattern)})"
+                f" must equal num_layers={self.num_layers}"
+            )
+        bad = set(self.mixer_pattern) - set(MIXERS)
+        if bad:
+            raise ValueError(f"{self.name}: mixer_pattern has unknown chars {sorted(bad)}; expected {sorted(MIXERS)}")
+        bad = set(self.mlp_pattern) - set(MLPS)
+        if bad:
+            raise ValueError(f"{self.name}: mlp_pattern has unknown chars {sorted(bad)}; expected {sorted(MLPS)}")
+        if "E" in self.mlp_pattern and not (self.num_moe_experts and self.moe_ffn_hidden_size):
+            raise ValueError(f"{self.name}: MoE layers need num_moe_experts and moe_ffn_hidden_size")
+        if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim and self.v_head_dim):
+            raise ValueError(f"{self.name}: MLA needs kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim")
+        return self
+
+    # --- derived ----------------------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return "E" in self.mlp_pattern
+
+    @property
+    def query_groups(self) -> int:
+        """KV heads (= attention heads for MHA)."""
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @cached_property
+    def num_moe_layers(self) -> int:
+        return self.mlp_pattern.count("E")
+
+    @cached_property
+    def num_dense_mlp_layers(self) -> int:
+        return self.mlp_pattern.count("D")
+
+    @cached_property
+    def num_attention_layers(self) -> int:
+        return self.mixer_pattern.count("A") + self.mixer_pattern.count("W")
+
+    def padded_vocab_size(self, tp: int = 1) -> int:
+        """Vocab padded as Megatron does (``_vocab_size_with_padding``): multiple of divisible_by x TP."""
+        m = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // m) * m
+
+    def layer_types(self) -> list[tuple[str, str]]:
+        """[(mixer, mlp)] per decoder layer, as names (see MIXERS / MLPS)."""
+        return [(MIXERS[a], MLPS[b]) for a, b in zip(self.mixer_pattern, self.mlp_pattern, strict=True)]
+
+
+def uniform_pattern(num_layers: int, *, first_k_dense: int = 0, moe_layer_freq: int | list[int] = 1,
+                    moe: bool = True, mixer: str = "A") -> tuple[str, str]:
+    """(mixer_pattern, mlp_pattern) for a standard transformer.
+
+    ``first_k_dense`` leading dense layers (DeepSeek ``first_k_dense_replace``); ``moe_layer_freq`` as Megatron's
+    ``--moe-layer-freq``: an int N puts MoE on every N-th layer (layer i is MoE iff i % N == 0), or an explicit
+    0/1 list.
+    """
+    if not moe:
+        return mixer * num_layers, "D" * num_layers
+    if isinstance(moe_layer_freq, int):
+        flags = [1 if i % moe_layer_freq == 0 else 0 for i in range(num_layers)]
+    else:
+        if len(moe_layer_freq) != num_layers:
+            raise ValueError(f"moe_layer_freq list has {len(moe_layer_freq)} entries, expected {num_layers}")
+        flags = list(moe_layer_freq)
+    for i in range(min(first_k_dense, num_layers)):
+        flags[i] = 0
+    return mixer * num_layers, "".join("E" if f else "D" for f in flags)

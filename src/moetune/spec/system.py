@@ -1,0 +1,44 @@
+"""A training system: GPU, node and network. Numbers come from catalog files that cite their sources."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: precision keys used in ``GPU.peak_tflops`` (dense Tensor-Core peaks, no 2:4 sparsity)
+PEAK_KEYS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32")
+
+
+class GPU(BaseModel):
+    """One accelerator."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(description="e.g. 'H100-SXM5-80GB'.")
+    arch: Literal["ampere", "hopper", "blackwell"] = Field(description="Selects legal precision recipes and kernels.")
+    sm_count: int = Field(gt=0, description="Streaming multiprocessors (H100 SXM: 132).")
+    hbm_gib: float = Field(gt=0, description="Usable HBM capacity in GiB (what torch reports as total memory).")
+    hbm_bw_gbs: float = Field(gt=0, description="HBM bandwidth, GB/s (1e9 B/s).")
+    peak_tflops: dict[str, float] = Field(description="Dense peak TFLOP/s keyed by precision (see PEAK_KEYS).")
+
+
+class System(BaseModel):
+    """A cluster building block: nodes of ``gpus_per_node`` GPUs, NVLink domains of ``nvlink_domain`` GPUs."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    gpu: GPU
+    gpus_per_node: int = Field(gt=0, description="GPUs per node / tray as the launcher counts them (GB200: 4).")
+    nvlink_domain: int = Field(gt=0, description="GPUs reachable over NVLink (DGX: 8, NVL72: 72).")
+    nvlink_bw_gbs: float = Field(gt=0, description="NVLink bandwidth per GPU per direction, GB/s.")
+    scaleout_bw_gbs: float = Field(gt=0, description="Scale-out (IB/RoCE) NIC bandwidth per GPU per direction, GB/s.")
+    host_cpu: str = Field(description="Host CPU (sets the kernel-launch cost).")
+    pcie_bw_gbs: float = Field(default=64.0, description="Host<->device copy bandwidth per GPU per direction, GB/s.")
+    sources: dict[str, str] = Field(default_factory=dict, description="field -> datasheet / measurement it came from.")
+
+    def peak(self, precision: str) -> float:
+        """Dense peak TFLOP/s for a precision key, falling back to BF16 when the GPU lacks it."""
+        return self.gpu.peak_tflops.get(precision, self.gpu.peak_tflops["bf16"])
