@@ -132,3 +132,14 @@ class Features(BaseModel):
     # --- runtime environment --------------------------------------------------------------------------------
     expandable_segments: bool = Field(default=False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
     manual_gc: bool = False
+
+    # --- attention / loss kernels (memory: unfused attention keeps a*s^2 score tensors) -------------------
+    attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] = Field(
+        default="auto", description="Megatron --attention-backend / Bridge model.attention_backend."
+    )
+    transformer_impl: Literal["transformer_engine", "local"] = Field(
+        default="transformer_engine", description="--transformer-impl (local = unfused attention, torch linears)."
+    )
+    attention_dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="TransformerConfig default 0.1.")
+    hidden_dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="TransformerConfig default 0.1.")
+    cross_entropy_loss_fusion: bool = Field(default=False, description="--cross-entropy-loss-fusion.")
