@@ -55,6 +55,12 @@ class ModelArch(BaseModel):
     add_bias_linear: bool = Field(default=False, description="Biases on all linear layers (GPT-OSS).")
     add_qkv_bias: bool = Field(default=False, description="Bias on the QKV projection only (Qwen2).")
     softmax_sinks: bool = Field(default=False, description="Learned attention sinks, one scalar per head (GPT-OSS).")
+    qk_layernorm_full_width: bool = Field(
+        default=False, description="Q/K norms span all heads (OLMoE: q_norm over h, k_norm over groups x head dim)."
+    )
+    attention_output_gate: bool = Field(
+        default=False, description="Gated attention: Q projection also yields a sigmoid output gate (Qwen3-Next)."
+    )
 
     # --- per-layer pattern --------------------------------------------------------------------------------
     mixer_pattern: str = Field(description="One char per decoder layer: A, W, M, G, _ (see module doc).")
@@ -79,6 +85,9 @@ class ModelArch(BaseModel):
     moe_shared_expert_gate: bool = Field(default=False, description="Sigmoid gate on the shared expert (Qwen2/3-Next).")
     moe_router_num_groups: int | None = Field(default=None, description="Device-limited routing groups (DSV3: 8).")
     moe_router_group_topk: int | None = Field(default=None, description="Groups kept per token (DSV3: 4).")
+    moe_router_enable_expert_bias: bool = Field(
+        default=False, description="Aux-loss-free expert bias, one per expert (DSV3 e_score_correction_bias)."
+    )
     moe_latent_size: int | None = Field(default=None, description="Latent MoE: experts run at this width (Nemotron).")
 
     # --- hybrid mixers ----------------------------------------------------------------------------------
@@ -95,6 +104,14 @@ class ModelArch(BaseModel):
 
     # --- MTP --------------------------------------------------------------------------------------------
     mtp_num_layers: int = Field(default=0, ge=0, description="Multi-token-prediction depth (DSV3: 1).")
+    mtp_mixer_pattern: str | None = Field(
+        default=None, description="Mixer chars of the layers inside one MTP block (hybrid models, e.g. 'A_');"
+        " None = one layer of the last decoder layer's type."
+    )
+    mtp_mlp_pattern: str | None = Field(default=None, description="MLP chars of one MTP block (e.g. '_E').")
+    mtp_use_repeated_layer: bool = Field(
+        default=False, description="All MTP depths share one block's weights (Bridge mtp_use_repeated_layer)."
+    )
 
     # --- published reference numbers (for checks, never used in formulas) ----------------------------------
     published_total_params: int | None = Field(default=None, description="Published total parameter count.")
