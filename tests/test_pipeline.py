@@ -49,7 +49,7 @@ def test_parse_repeats():
     assert parse_pipeline_layout("E|t*3|(t|)*3tt|m|L") == ("E", "ttt", "t", "t", "t", "tt", "m", "L")
     assert parse_pipeline_layout("Et*3|(tt|)*29,m|L")[-2:] == ("m", "L")  # cosmetic comma
     assert parse_pipeline_layout("Et|*2tL") == ("Et", "", "tL")  # x*n may repeat '|'
-    assert parse_pipeline_layout("E(t(tt|)*2)*2L") == ("Ettt", "tt", "ttt", "ttL")  # nested groups
+    assert parse_pipeline_layout("E(t(tt|)*2)*2L") == ("Ettt", "tt", "ttt", "tt", "L")  # nested groups
 
 
 def test_parse_list_form():
