@@ -1,0 +1,214 @@
+"""``moetune plan``: the main job — which layouts and features fit and run fastest, with launchable output."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from moetune.errors import InputError
+from moetune.output import console, err_console, print_json
+
+DEFAULT = {"model": "DeepSeek-V3", "system": "DGX-H100", "gpus": 256, "gbs": 4096, "seq": 4096, "precision": "bf16"}
+
+
+def _parse_fix(text: str | None) -> dict[str, Any]:
+    """``tp=2,ep=64,vpp=4,recompute=full,pipeline_layout=...`` -> dict (ints where numeric)."""
+    out: dict[str, Any] = {}
+    if not text:
+        return out
+    allowed = {"tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "pipeline_layout", "dispatcher",
+               "precision"}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if "=" not in part:
+            raise InputError.bad_value("--fix", part, "KEY=VALUE pairs separated by commas, e.g. tp=2,ep=64")
+        k, v = (x.strip() for x in part.split("=", 1))
+        if k not in allowed:
+            raise InputError.bad_value("--fix", k, f"one of {', '.join(sorted(allowed))}")
+        if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs"):
+            if not v.isdigit() or int(v) < 1:
+                raise InputError.bad_value(f"--fix {k}", v, "a positive integer")
+            out[k] = int(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _layout_json(c) -> dict[str, Any]:
+    lp, job = c.layout, c.job
+    return {
+        "tp": lp.tp, "pp": lp.pp, "vpp": lp.vpp, "cp": lp.cp, "ep": lp.ep, "etp": lp.etp, "dp": lp.dp,
+        "edp": lp.edp, "mbs": lp.mbs, "pipeline_layout": lp.pipeline_layout,
+        "num_microbatches": job.num_microbatches,
+        "attention_mesh": f"TP{lp.tp} x CP{lp.cp} x DP{lp.dp} x PP{lp.pp}",
+        "moe_mesh": f"ETP{lp.etp} x EP{lp.ep} x EDP{lp.edp} x PP{lp.pp}",
+    }
+
+
+def _dump(x: Any) -> Any:
+    return x.model_dump(mode="json") if hasattr(x, "model_dump") else x
+
+
+def candidate_json(c, nxt=None, *, with_launch: bool = True) -> dict[str, Any]:
+    from moetune.plan.explain import why_better
+    from moetune.plan.launch import launch_for
+
+    out = {
+        "layout": _layout_json(c),
+        "features": c.job.features.model_dump(mode="json"),
+        "memory": _dump(c.memory),
+        "time": _dump(c.time),
+        "warnings": [_dump(f) for f in c.findings],
+    }
+    if nxt is not None:
+        out["why"] = why_better(c, nxt)
+    if with_launch:
+        out["launch"] = launch_for(c.job)
+    return out
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan_cmd(
+        model: Annotated[str | None, typer.Option(help="Catalog model name or HF config.json path.")] = None,
+        system: Annotated[str | None, typer.Option(help="Catalog system name or system YAML.")] = None,
+        gpus: Annotated[int | None, typer.Option(help="World size.")] = None,
+        gbs: Annotated[int | None, typer.Option(help="Global batch size (sequences).")] = None,
+        seq: Annotated[int | None, typer.Option(help="Sequence length.")] = None,
+        precision: Annotated[str | None, typer.Option(help="Precision(s), comma-separated: bf16,fp8,mxfp8,...")] = None,
+        mbs: Annotated[str, typer.Option(help="Micro-batch sizes to search, comma-separated.")] = "1,2,4",
+        fix: Annotated[str | None, typer.Option(help="Pin dimensions: tp=2,ep=64,pp=8,vpp=4,recompute=full,...")] = None,
+        dispatchers: Annotated[str, typer.Option(help="Dispatchers to search: alltoall,deepep,hybridep,allgather")]
+        = "alltoall,deepep,hybridep",
+        max_recompute: Annotated[str, typer.Option(help="none | selective | full")] = "full",
+        min_headroom_gib: Annotated[float, typer.Option(help="GiB kept free on the most loaded rank.")] = 2.0,
+        top: Annotated[int, typer.Option(help="Candidates to report.")] = 5,
+        no_offload: Annotated[bool, typer.Option("--no-offload", help="Never consider offloading.")] = False,
+        json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+    ) -> None:
+        """Search layouts and features; rank what fits by predicted step time; emit a launchable config."""
+        from moetune.catalog.models import get_model
+        from moetune.catalog.systems import get_system
+        from moetune.plan.search import DISPATCHERS, PlanRequest, plan
+        from moetune.spec.features import parse_precision
+
+        given = {"model": model, "system": system, "gpus": gpus, "gbs": gbs, "seq": seq, "precision": precision}
+        used_default = [k for k, v in given.items() if v is None]
+        vals = {k: (v if v is not None else DEFAULT[k]) for k, v in given.items()}
+        if len(used_default) == len(given):
+            err_console.print(
+                "Planning the embedded default: DeepSeek-V3 on 256 x DGX-H100, GBS 4096, sequence 4096, BF16 "
+                "(pass --model/--system/--gpus/--gbs/--seq/--precision to plan your own job).")
+        elif used_default:
+            err_console.print("defaults used for: " + ", ".join(f"{k}={DEFAULT[k]}" for k in used_default))
+        if max_recompute not in ("none", "selective", "full"):
+            raise InputError.bad_value("--max-recompute", max_recompute, "none, selective or full")
+        disp = tuple(d.strip().lower() for d in dispatchers.split(",") if d.strip())
+        for d in disp:
+            if d not in DISPATCHERS:
+                raise InputError.bad_value("--dispatchers", d, f"one of {', '.join(DISPATCHERS)}")
+        try:
+            mbs_opts = tuple(int(x) for x in mbs.split(",") if x.strip())
+        except ValueError:
+            raise InputError.bad_value("--mbs", mbs, "comma-separated positive integers") from None
+        if not mbs_opts or min(mbs_opts) < 1:
+            raise InputError.bad_value("--mbs", mbs, "comma-separated positive integers")
+        for k in ("gpus", "gbs", "seq"):
+            if int(vals[k]) < 1:
+                raise InputError.bad_value(f"--{k}", vals[k], "a positive integer")
+        fixd = _parse_fix(fix)
+        precs = tuple(dict.fromkeys(parse_precision(p) for p in str(vals["precision"]).split(",") if p.strip()))
+        if "precision" in fixd:
+            precs = (parse_precision(fixd.pop("precision")),)
+        if "dispatcher" in fixd:
+            disp = (str(fixd.pop("dispatcher")).lower(),)
+        req = PlanRequest(
+            model=get_model(str(vals["model"])), system=get_system(str(vals["system"])), gpus=int(vals["gpus"]),
+            global_batch_size=int(vals["gbs"]), seq_length=int(vals["seq"]), precisions=precs, mbs_options=mbs_opts,
+            fix=fixd, dispatchers=disp, max_recompute=max_recompute, min_headroom_gib=min_headroom_gib,
+            top=top, allow_offload=not no_offload,
+        )
+        res = plan(req)
+        if not res.candidates:
+            _impossible(res, json_out)
+            raise typer.Exit(1)
+        cands = res.candidates
+        items = [candidate_json(c, cands[i + 1] if i + 1 < len(cands) else None) for i, c in enumerate(cands)]
+        out = {
+            "request": {"model": req.model.name, "system": req.system.name, "gpus": req.gpus,
+                        "gbs": req.global_batch_size, "seq": req.seq_length, "precisions": list(precs),
+                        "fix": fixd, "dispatchers": list(disp), "max_recompute": max_recompute,
+                        "min_headroom_gib": min_headroom_gib,
+                        "defaults_used": used_default},
+            "headroom_policy": f"reserved memory of the most loaded rank + {min_headroom_gib} GiB <= HBM capacity",
+            "candidates": items,
+            "searched": res.searched, "feasible": res.feasible, "seconds": round(res.seconds, 3),
+            "layouts": res.layouts, "pruned": {"memory_floor": res.pruned_memory, "compute_bound": res.pruned_bound,
+                                               "checker": res.rejected_by_check},
+            "notes": res.notes,
+        }
+        if json_out:
+            print_json(out)
+            return
+        _render(out)
+
+
+def _impossible(res, json_out: bool) -> None:
+    from moetune.plan.suggest import suggestions_for_impossible
+
+    info = suggestions_for_impossible(res)
+    if json_out:
+        print_json({"candidates": [], "searched": res.searched, "feasible": 0, "seconds": round(res.seconds, 3),
+                    "impossible": info})
+        return
+    err_console.print(f"[bold red]No layout fits.[/] {info['summary']}")
+    for c in info.get("closest", []):
+        err_console.print(f"  closest: {c['layout']}  peak {c['peak_gib']:.1f} GiB vs {c['capacity_gib']:.1f} GiB "
+                          f"(over by {c['over_gib']:.1f} GiB)")
+    for s in info.get("what_would_fit", []):
+        err_console.print(f"  - {s}")
+
+
+def _render(out: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    req = out["request"]
+    console.print(f"[bold]moetune plan[/] {req['model']} on {req['gpus']} x {req['system']}, GBS {req['gbs']}, "
+                  f"seq {req['seq']}, {','.join(req['precisions'])}")
+    console.print(f"searched {out['searched']} configs over {out['layouts']} layouts in {out['seconds']} s; "
+                  f"{out['feasible']} feasible ({out['headroom_policy']})")
+    t = Table(show_lines=False)
+    for col in ("#", "attention mesh", "MoE mesh", "VPP", "MBS", "recompute", "dispatcher", "overlap", "graphs",
+                "peak GiB", "step s", "tok/s/GPU", "TFLOP/s", "MFU", "dominant"):
+        t.add_column(col)
+    for i, c in enumerate(out["candidates"]):
+        lay, f, m, tm = c["layout"], c["features"], c["memory"], c["time"]
+        rec = f.get("recompute_granularity") or "-"
+        if rec == "selective":
+            rec = "+".join(f.get("recompute_modules") or [])
+        disp = f["moe_token_dispatcher_type"] + (f"/{f['moe_flex_dispatcher_backend']}"
+                                                 if f.get("moe_flex_dispatcher_backend") else "")
+        ov = ("EP" if f.get("overlap_moe_expert_parallel_comm") else "-") + (
+            "+dW" if f.get("delay_wgrad_compute") else "")
+        gr = ",".join(f.get("cuda_graph_scope") or []) or "-"
+        mfu = tm.get("mfu")
+        mfu_s = f"{100 * (mfu.get('bf16', 0) if isinstance(mfu, dict) else (mfu or 0)):.1f}%"
+        t.add_row(str(i + 1), lay["attention_mesh"], lay["moe_mesh"], str(lay["vpp"]), str(lay["mbs"]), rec, disp,
+                  ov, gr, f"{m.get('peak_allocated_gib', 0):.1f}", f"{tm['step_time_s']:.3f}",
+                  f"{tm['tokens_per_s_per_gpu']:.0f}", f"{tm['model_tflops_per_gpu']:.0f}", mfu_s,
+                  str(tm.get("dominant_wall")))
+    console.print(t)
+    best = out["candidates"][0]
+    why = best.get("why")
+    if why:
+        terms = ", ".join(f"{x['term']} {x['delta_s']:+.3f}s" for x in why["largest_terms"])
+        console.print(f"#1 beats #2 by {why['vs_next_step_time_s']:.3f} s/step ({why['vs_next_pct']:.1f} %): {terms}")
+    launch = best.get("launch") or {}
+    if launch:
+        console.print(f"\n[bold]Launch #1[/] ({launch['nodes']} nodes x {launch['gpus_per_node']} GPUs"
+                      + (f", recipe {launch['recipe']}" if launch.get("recipe") else "") + ")")
+        console.print("Bridge overrides: " + " ".join(launch["bridge_overrides"]), soft_wrap=True)
+        console.print("env: " + " ".join(f"{k}={v}" for k, v in launch["env"].items()), soft_wrap=True)
+        console.print("(--json prints Megatron-LM flags and the Slurm script)")

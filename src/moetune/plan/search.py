@@ -1,0 +1,302 @@
+"""The planner: fit, scale and retune as one search over folded layouts (docs/domain.md §6.1, S:wf).
+
+Order of the workflow, as implemented:
+
+1. **Enumerate** every layout Megatron accepts (:func:`moetune.plan.space.enumerate_layouts`).
+2. **Fit** each layout with the least recompute that fits the headroom policy: no recompute, then the selective
+   ladder (:data:`moetune.plan.space.SELECTIVE_LADDER`, narrowest first), then full recompute (when allowed).
+   A layout whose *floor* (full recompute) does not fit is pruned — no feature can make it fit (proof: every
+   activation-saving feature the search enumerates is bounded by the full-recompute activations).
+   Offloading is tried only when no layout fits without it.
+3. **Retune** the features of each fitting layout (dispatcher and flex backend where the hardware gates allow,
+   EP overlap and delayed wgrad, CUDA-graph scope, precision). A variant is skipped without evaluation only when
+   the layout's compute wall already exceeds the k-th best step time found so far: the step time of the time model
+   is never below its compute wall, and the enumerated variants never lower compute, so it cannot win.
+4. **Reject** what the checker rejects (any ``error*`` finding of :func:`moetune.rules.check_job`).
+5. **Rank** by predicted step time; ties prefer the smaller model parallelism, then less recompute.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
+from moetune.spec.features import Features
+from moetune.spec.job import Job
+from moetune.spec.layout import Layout
+from moetune.spec.model import ModelArch
+from moetune.spec.system import System
+
+DISPATCHERS = ("alltoall", "deepep", "hybridep", "allgather")
+
+
+@dataclass
+class PlanRequest:
+    """What the user asks for (``moetune plan`` flags)."""
+
+    model: ModelArch
+    system: System
+    gpus: int
+    global_batch_size: int
+    seq_length: int
+    precisions: tuple[str, ...] = ("bf16",)
+    mbs_options: tuple[int, ...] = (1, 2, 4)
+    fix: dict[str, Any] = field(default_factory=dict)
+    dispatchers: tuple[str, ...] = ("alltoall", "deepep", "hybridep")
+    max_recompute: str = "full"  # none | selective | full
+    min_headroom_gib: float = 2.0
+    top: int = 5
+    allow_offload: bool = True
+    explore_graphs: bool = True
+    explore_overlap: bool = True
+
+
+@dataclass
+class Candidate:
+    job: Job
+    layout: LayoutPoint
+    memory: Any
+    time: Any
+    findings: list
+    recompute_rank: int  # 0 none, 1.. selective ladder index+1, 99 full, 100+ offload
+
+    @property
+    def step_time_s(self) -> float:
+        return self.time.step_time_s
+
+    def sort_key(self) -> tuple:
+        return (round(self.time.step_time_s, 9), self.layout.model_parallel, self.recompute_rank,
+                self.layout.key(), _feature_key(self.job.features))
+
+
+def _feature_key(f: Features) -> tuple:
+    return (f.precision, f.moe_token_dispatcher_type, f.moe_flex_dispatcher_backend or "",
+            f.overlap_moe_expert_parallel_comm, f.delay_wgrad_compute, f.cuda_graph_impl, f.cuda_graph_scope)
+
+
+@dataclass
+class PlanResult:
+    request: PlanRequest
+    candidates: list[Candidate]
+    searched: int
+    feasible: int
+    seconds: float
+    layouts: int
+    pruned_memory: int
+    pruned_bound: int
+    rejected_by_check: int
+    closest: list[tuple[float, Job, Any]]  # (overflow GiB, job, memory) when nothing fits
+    notes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# helpers that build Jobs
+
+
+def _base_features(model: ModelArch, precision: str, lp: LayoutPoint) -> Features:
+    return Features(
+        precision=precision,
+        sequence_parallel=lp.tp > 1,
+        moe_token_dispatcher_type="alltoall" if model.is_moe else "alltoall",
+        moe_router_force_load_balancing=False,
+        expandable_segments=True,
+    )
+
+
+def _recompute_options(model: ModelArch, max_recompute: str) -> list[tuple[int, dict]]:
+    """(rank, Features updates) in the workflow's order: none, selective ladder, full."""
+    opts: list[tuple[int, dict]] = [(0, {})]
+    if max_recompute in ("selective", "full"):
+        seen = set()
+        for i, mods in enumerate(SELECTIVE_LADDER):
+            keep = tuple(m for m in mods if _module_applies(model, m))
+            if not keep or keep in seen:
+                continue
+            seen.add(keep)
+            opts.append((i + 1, {"recompute_granularity": "selective", "recompute_modules": keep}))
+    if max_recompute == "full":
+        opts.append((99, {"recompute_granularity": "full", "recompute_method": "uniform",
+                          "recompute_num_layers": 1, "recompute_modules": ()}))
+    return opts
+
+
+def _module_applies(model: ModelArch, module: str) -> bool:
+    if module == "mla_up_proj":
+        return model.multi_latent_attention
+    if module in ("moe_act", "moe"):
+        return model.is_moe
+    if module == "mlp":
+        return model.num_dense_mlp_layers > 0
+    if module == "shared_experts":
+        return bool(model.moe_shared_expert_intermediate_size)
+    return True
+
+
+def _dispatcher_variants(req: PlanRequest, lp: LayoutPoint) -> list[dict]:
+    if not req.model.is_moe or lp.ep * lp.etp == 1:
+        return [{"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}]
+    out = []
+    for d in req.dispatchers:
+        if d in ("alltoall", "allgather"):
+            out.append({"moe_token_dispatcher_type": d, "moe_flex_dispatcher_backend": None})
+        elif d in ("deepep", "hybridep"):
+            out.append({"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": d})
+    return out
+
+
+def _overlap_variants(req: PlanRequest, lp: LayoutPoint, recompute: dict) -> list[dict]:
+    off = {"overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False}
+    if not (req.explore_overlap and req.model.is_moe and lp.ep > 1):
+        return [off]
+    if recompute.get("recompute_granularity") == "full" or "moe" in recompute.get("recompute_modules", ()):
+        return [off]  # EP overlap excludes full / moe recompute (docs/rules.md §4.1)
+    if lp.pp > 1 and lp.vpp == 1:
+        return [off]  # EP overlap with PP > 1 needs VPP (docs/rules.md §4.1)
+    if req.model.mtp_num_layers > 1:
+        return [off]
+    return [off, {"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": False},
+            {"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True}]
+
+
+def _graph_variants(req: PlanRequest, recompute: dict) -> list[dict]:
+    off = {"cuda_graph_impl": "none", "cuda_graph_scope": ()}
+    if not req.explore_graphs or recompute.get("recompute_granularity") == "full":
+        return [off]  # TE-scoped graphs exclude full recompute (docs/domain.md §6.4)
+    scope = ("attn", "moe_router", "moe_preprocess") if req.model.is_moe else ("attn", "mlp")
+    return [off, {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}]
+
+
+def _job(req: PlanRequest, lp: LayoutPoint, features: Features) -> Job:
+    return Job(
+        model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
+        micro_batch_size=lp.mbs, seq_length=req.seq_length,
+        layout=Layout(tp=lp.tp, pp=lp.pp, vpp=lp.vpp if lp.vpp > 1 else None, pipeline_layout=lp.pipeline_layout,
+                      cp=lp.cp, ep=lp.ep, etp=lp.etp),
+        features=features,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _fits(mem, capacity_gib: float, headroom: float) -> tuple[bool, float]:
+    """Headroom policy: the most-loaded rank's reserved memory + ``headroom`` GiB must fit in HBM.
+
+    Returns (fits, overflow GiB) where overflow = reserved + headroom - capacity.
+    """
+    peak = max((getattr(s, "reserved_gib", None) or s.peak_allocated_gib) for s in mem.stages)
+    over = peak + headroom - capacity_gib
+    return over <= 0, over
+
+
+def plan(req: PlanRequest) -> PlanResult:
+    """Run the search and return the ranked feasible candidates (see module docstring)."""
+    from moetune.perfmodel.memory import estimate_memory
+    from moetune.perfmodel.step import estimate_time
+    from moetune.rules import check_job
+
+    t0 = time.perf_counter()
+    capacity = req.system.gpu.hbm_gib
+    limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
+    rec_opts = _recompute_options(req.model, req.max_recompute)
+    if "recompute" in req.fix:
+        want = str(req.fix["recompute"])
+        rec_opts = [o for o in rec_opts if (want == "none" and o[0] == 0) or (want == "full" and o[0] == 99)
+                    or (want not in ("none", "full") and o[0] not in (0, 99)
+                        and ",".join(o[1].get("recompute_modules", ())) == want)] or rec_opts[:1]
+    best: list[tuple] = []  # max-heap of the top-K by (-step time)
+    k = max(req.top, 1)
+    cands: list[Candidate] = []
+    searched = feasible = layouts = pruned_mem = pruned_bound = rejected = 0
+    closest: list[tuple[float, Job, Any]] = []
+    offload_queue: list[tuple[LayoutPoint, str]] = []
+
+    def kth_best() -> float:
+        return -best[0][0] if len(best) >= k else float("inf")
+
+    def consider(lp: LayoutPoint, precision: str, rank: int, rec: dict, extra: dict | None = None) -> bool:
+        nonlocal searched, feasible, pruned_bound, rejected
+        base = _base_features(req.model, precision, lp).model_copy(update={**rec, **(extra or {})})
+        any_ok = False
+        for disp in _dispatcher_variants(req, lp):
+            for ov in _overlap_variants(req, lp, rec):
+                for gr in _graph_variants(req, rec):
+                    feats = base.model_copy(update={**disp, **ov, **gr})
+                    job = _job(req, lp, feats)
+                    searched += 1
+                    findings = check_job(job)
+                    if any(str(f.severity).startswith("error") for f in findings):
+                        rejected += 1
+                        continue
+                    mem = estimate_memory(job)
+                    ok, _ = _fits(mem, capacity, req.min_headroom_gib)
+                    if not ok:
+                        continue
+                    t = estimate_time(job)
+                    feasible += 1
+                    any_ok = True
+                    c = Candidate(job, lp, mem, t, findings, rank)
+                    cands.append(c)
+                    heapq.heappush(best, (-t.step_time_s, len(cands)))
+                    if len(best) > k:
+                        heapq.heappop(best)
+        return any_ok
+
+    for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, limits):
+        layouts += 1
+        for precision in req.precisions:
+            # floor: the most memory-saving recompute allowed, base features (pruning proof: see docstring)
+            floor_rank, floor_rec = rec_opts[-1]
+            floor_job = _job(req, lp, _base_features(req.model, precision, lp).model_copy(update=floor_rec))
+            floor_mem = estimate_memory(floor_job)
+            ok, over = _fits(floor_mem, capacity, req.min_headroom_gib)
+            if not ok:
+                pruned_mem += 1
+                closest.append((over, floor_job, floor_mem))
+                if req.allow_offload:
+                    offload_queue.append((lp, precision))
+                continue
+            # the compute wall of the no-recompute base job bounds every variant of this layout from below
+            if len(best) >= k:
+                base_job = _job(req, lp, _base_features(req.model, precision, lp))
+                bound = _compute_floor(estimate_time(base_job))
+                if bound > kth_best():
+                    pruned_bound += 1
+                    continue
+            for rank, rec in rec_opts:
+                if rank != floor_rank:
+                    mem = estimate_memory(_job(req, lp, _base_features(req.model, precision, lp)
+                                               .model_copy(update=rec)))
+                    if not _fits(mem, capacity, req.min_headroom_gib)[0]:
+                        continue
+                if consider(lp, precision, rank, rec):
+                    break  # least recompute that fits wins; more recompute only adds time
+    notes: list[str] = []
+    if not cands and req.allow_offload and offload_queue:
+        notes.append("no layout fits without offloading; tried fine-grained activation and optimizer CPU offload")
+        off = {"fine_grained_activation_offloading": True,
+               "offload_modules": ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                                   "moe_act"),
+               "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0}
+        for lp, precision in offload_queue:
+            for rank, rec in rec_opts:
+                if consider(lp, precision, 100 + rank, rec, off):
+                    break
+    cands.sort(key=Candidate.sort_key)
+    closest.sort(key=lambda x: x[0])
+    return PlanResult(req, cands[: max(req.top, 1)], searched, feasible, time.perf_counter() - t0, layouts,
+                      pruned_mem, pruned_bound, rejected, closest[:5], notes)
+
+
+def _compute_floor(t) -> float:
+    """Compute-wall seconds of a time estimate (the lower bound used for pruning)."""
+    walls = t.walls
+    if isinstance(walls, dict):
+        w = walls.get("compute")
+        if isinstance(w, dict):
+            return float(w.get("seconds", w.get("s", 0.0)))
+        return float(getattr(w, "seconds", w or 0.0))
+    return float(getattr(walls, "compute", 0.0))

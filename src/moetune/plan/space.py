@@ -1,0 +1,180 @@
+"""The planner's search space: layouts (TP, CP, PP, VPP / pipeline layout, EP, ETP, MBS) and feature variants.
+
+Enumeration is over plain integers (no pydantic in the loop). A layout is generated only if Megatron would accept
+it for this model and world size (divisibility rules of docs/rules.md §2, PAR-*); the remaining checks run on the
+built Job through :mod:`moetune.rules`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from moetune.spec.model import ModelArch
+from moetune.spec.system import System
+
+#: recompute ladder in the workflow's order (docs/domain.md §6.4: narrowest boundary first, full recompute last).
+#: Each entry is (granularity, modules). Modules that do not apply to the model are dropped when the ladder is built.
+SELECTIVE_LADDER: tuple[tuple[str, ...], ...] = (
+    ("mla_up_proj",),
+    ("moe_act",),
+    ("mla_up_proj", "moe_act"),
+    ("moe_act", "layernorm"),
+    ("mla_up_proj", "moe_act", "layernorm"),
+    ("mla_up_proj", "moe_act", "layernorm", "mlp"),
+    ("core_attn", "moe_act", "layernorm", "mlp"),
+    ("moe",),
+    ("mla_up_proj", "moe", "layernorm", "mlp"),
+)
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order."""
+    small, large = [], []
+    for d in range(1, int(math.isqrt(n)) + 1):
+        if n % d == 0:
+            small.append(d)
+            if d != n // d:
+                large.append(n // d)
+    return small + large[::-1]
+
+
+@dataclass(frozen=True)
+class LayoutPoint:
+    """One layout of the search, as plain ints (``vpp`` 1 = not interleaved; ``pipeline_layout`` may be None)."""
+
+    tp: int
+    cp: int
+    pp: int
+    vpp: int
+    ep: int
+    etp: int
+    mbs: int
+    dp: int
+    edp: int
+    pipeline_layout: str | None = None
+
+    @property
+    def model_parallel(self) -> int:
+        """Size of the model-parallel footprint used to prefer 'the smallest model parallelism' (S:wf)."""
+        return self.tp * self.cp * self.pp * self.ep * self.etp
+
+    def key(self) -> tuple:
+        return (self.tp, self.cp, self.pp, self.vpp, self.ep, self.etp, self.mbs, self.pipeline_layout or "")
+
+
+@dataclass
+class SpaceLimits:
+    """Bounds of the enumerated space; each bound is documented where it prunes (and ``--fix`` lifts it)."""
+
+    max_tp: int | None = None  # default: NVLink domain (TP across NVLink is never competitive: D:pg, S:par)
+    max_cp: int | None = None  # default: so that each CP shard keeps >= 1024 tokens (S:lc)
+    mbs_options: tuple[int, ...] = (1, 2, 4)
+    vpp_options: tuple[int, ...] | None = None  # default: all divisors of layers/PP up to 8
+    fix: dict[str, int | str] = field(default_factory=dict)
+
+
+def _pick(name: str, options: list[int], fix: dict) -> list[int]:
+    if name in fix:
+        v = int(fix[name])
+        return [v]
+    return options
+
+
+def balanced_layout(num_layers: int, stages: int, mtp_layers: int) -> str | None:
+    """A Megatron ``pipeline_model_parallel_layout`` that spreads ``num_layers`` over ``stages`` virtual stages with
+    the embedding on the first stage and MTP + loss on the last, one fewer decoder layer on each edge stage when the
+    split is uneven (the `account_for_embedding/loss_in_pipeline_split` idea, MCore ``PipelineParallelLayerLayout``).
+
+    Returns None when every stage would get the same number of decoder layers and there is no MTP (the uniform
+    split needs no layout string).
+    """
+    if stages <= 1:
+        return None
+    if num_layers % stages == 0 and mtp_layers == 0:
+        return None
+    # weights: edge stages carry embedding / output layer + loss (+ MTP), count them as one layer each
+    budget = num_layers + 2 + mtp_layers
+    base = budget / stages
+    counts = [0] * stages
+    remaining = num_layers
+    # edge stages get round(base) - 1 (embedding) and round(base) - 1 - mtp (loss + MTP), at least 0
+    first = max(0, min(remaining, round(base) - 1))
+    last = max(0, min(remaining - first, round(base) - 1 - mtp_layers))
+    mid_total = num_layers - first - last
+    mids = stages - 2
+    if mids <= 0:
+        first = num_layers - last
+        mid_total = 0
+    counts[0], counts[-1] = first, last
+    if mids > 0:
+        q, r = divmod(mid_total, mids)
+        if q == 0 and r < mids:
+            return None  # would leave empty middle stages
+        for i in range(mids):
+            counts[1 + i] = q + (1 if i < r else 0)
+    parts = []
+    for i, c in enumerate(counts):
+        s = ("E" if i == 0 else "") + "t" * c
+        if i == stages - 1:
+            s += "m" * mtp_layers + "L"
+        parts.append(s)
+    return "|".join(parts)
+
+
+def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq: int,
+                      limits: SpaceLimits | None = None) -> Iterator[LayoutPoint]:
+    """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038).
+
+    Dense mesh TP·CP·DP·PP = W, expert mesh ETP·EP·EDP·PP = W (Parallel Folding, docs/domain.md §2.4); heads and
+    query groups divisible by TP; experts divisible by EP; seq divisible by 2·CP (and by TP with SP); GBS divisible
+    by MBS·DP; decoder layers split over PP·VPP stages, uniformly or with a generated uneven layout string.
+    """
+    lim = limits or SpaceLimits()
+    fix = lim.fix
+    heads, groups = model.num_attention_heads, model.query_groups
+    max_tp = lim.max_tp or system.nvlink_domain
+    tps = [t for t in divisors(math.gcd(heads, groups)) if t <= max_tp and seq % t == 0]
+    min_shard = 1024
+    max_cp = lim.max_cp or max(1, seq // min_shard)
+    cps = [c for c in (1, 2, 4, 8, 16, 32, 64) if c <= max_cp and seq % (2 * c) == 0 or c == 1]
+    experts = model.num_moe_experts or 1
+    eps = divisors(experts) if model.is_moe else [1]
+    mbs_opts = list(lim.mbs_options)
+    for tp in _pick("tp", tps, fix):
+        for cp in _pick("cp", cps, fix):
+            if gpus % (tp * cp):
+                continue
+            for pp in _pick("pp", divisors(gpus // (tp * cp)), fix):
+                if pp > model.num_layers:
+                    continue
+                dp = gpus // (tp * cp * pp)
+                stage_world = gpus // pp
+                vpp_opts = [1] if pp == 1 else (
+                    list(lim.vpp_options) if lim.vpp_options else
+                    [v for v in (1, 2, 3, 4, 5, 6, 8) if v * pp <= model.num_layers])
+                for vpp in _pick("vpp", vpp_opts, fix):
+                    stages = pp * vpp
+                    if stages > 1 and model.num_layers < stages - 2:
+                        continue
+                    layout_str = None
+                    if stages > 1 and (model.num_layers % stages or model.mtp_num_layers):
+                        if "pipeline_layout" in fix:
+                            layout_str = str(fix["pipeline_layout"])
+                        else:
+                            layout_str = balanced_layout(model.num_layers, stages, model.mtp_num_layers)
+                            if layout_str is None and model.num_layers % stages:
+                                continue
+                    etps = sorted({1, tp}) if model.is_moe else [tp]
+                    for etp in _pick("etp", etps, fix):
+                        for ep in _pick("ep", eps, fix):
+                            if stage_world % (etp * ep):
+                                continue
+                            if model.is_moe and experts % ep:
+                                continue
+                            edp = stage_world // (etp * ep)
+                            for mbs in _pick("mbs", mbs_opts, fix):
+                                if gbs % (mbs * dp):
+                                    continue
+                                yield LayoutPoint(tp, cp, pp, vpp, ep, etp, mbs, dp, edp, layout_str)
