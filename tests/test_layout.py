@@ -1,0 +1,160 @@
+"""Layout math: DP/EDP, minimum world size (lcm rule), every validation error, DP·TP·CP·PP = EDP·ETP·EP·PP = W."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moetune.catalog.models import get_model
+from moetune.errors import LayoutError
+from moetune.spec.layout import Layout
+from moetune.spec.model import ModelArch
+from moetune.spec.validate import layout_violation, min_world_size, validate_layout
+
+
+def moe(
+    num_layers: int = 16,
+    *,
+    heads: int = 32,
+    groups: int | None = 8,
+    experts: int = 64,
+    ffn: int = 4096,
+    moe_ffn: int = 1024,
+    shared: int | None = None,
+    mixer: str = "A",
+    mlp: str = "E",
+    **kw,
+) -> ModelArch:
+    return ModelArch(
+        name="toy-moe",
+        num_layers=num_layers,
+        hidden_size=2048,
+        ffn_hidden_size=ffn,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        vocab_size=32000,
+        mixer_pattern=mixer * num_layers,
+        mlp_pattern=mlp * num_layers,
+        num_moe_experts=experts if "E" in mlp else None,
+        moe_ffn_hidden_size=moe_ffn if "E" in mlp else None,
+        moe_shared_expert_intermediate_size=shared,
+        **kw,
+    )
+
+
+def test_dp_edp_examples():
+    # docs/domain.md §2.1: TP2 EP8 at 8/16/32 GPUs -> DP 4/8/16, EDP 1/2/4
+    lay = Layout(tp=2, ep=8)
+    assert [lay.dp(w) for w in (8, 16, 32)] == [4, 8, 16]
+    assert [lay.edp(w) for w in (8, 16, 32)] == [1, 2, 4]
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        (Layout(tp=2, cp=3, ep=8), 24),  # TP*CP = 6, ETP*EP = 8 -> lcm 24 (not 8)
+        (Layout(tp=6, ep=4), 12),  # issue example: TP*CP = 6, EP = 4
+        (Layout(tp=4, ep=6), 12),  # TP4 EP6 -> 12 (not 6)
+        (Layout(tp=2, pp=4, ep=8), 32),
+        (Layout(tp=4, cp=2, pp=4, ep=64), 256),
+        (Layout(tp=2, ep=1), 2),  # ETP defaults to TP when EP == 1
+        (Layout(tp=4, ep=8, etp=2), 16),
+    ],
+)
+def test_min_world_size_lcm(layout, expected):
+    assert min_world_size(layout) == expected
+    # and it is really the smallest W that passes both divisibility rules
+    model = moe(num_layers=16 * layout.pp, heads=48, groups=12, experts=192, moe_ffn=96 * 16, ffn=96 * 64)
+    assert layout_violation(model, layout, expected) is None
+    assert all(layout_violation(model, layout, w) is not None for w in range(1, expected))
+
+
+@pytest.mark.parametrize(
+    ("model", "layout", "gpus", "kwargs", "rule"),
+    [
+        (moe(), Layout(tp=2, cp=3), 8, {}, "PAR-001"),
+        (moe(), Layout(tp=2, ep=16), 8, {}, "PAR-002"),
+        (moe(heads=24, groups=8), Layout(tp=16), 16, {}, "PAR-019"),
+        (moe(heads=48, groups=12), Layout(tp=8), 8, {}, "PAR-020"),
+        (moe(mlp="D", ffn=1000), Layout(tp=16), 16, {}, "PAR-022"),
+        (moe(shared=1000), Layout(tp=16), 16, {}, "PAR-022"),
+        (moe(moe_ffn=1000), Layout(ep=8, etp=16), 128, {}, "PAR-023"),
+        (moe(experts=60), Layout(ep=8), 8, {}, "PAR-024"),
+        (moe(mlp="D"), Layout(ep=8), 8, {}, "PAR-025"),
+        (moe(num_layers=10), Layout(pp=4), 4, {}, "PAR-026"),
+        (moe(num_layers=16), Layout(pp=4, vpp=3), 4, {}, "PAR-027"),
+        (moe(num_layers=16), Layout(pp=1, vpp=2), 4, {}, "PAR-006"),
+        (moe(num_layers=4), Layout(pp=2, pipeline_layout="Et|t|ttL"), 2, {}, "PAR-031"),
+        (moe(num_layers=4), Layout(pp=2, pipeline_layout="Et|ttL"), 2, {}, "PAR-032"),
+        (moe(), Layout(cp=4), 4, {"seq_length": 4100}, "PAR-014"),
+        (moe(), Layout(tp=4), 4, {"seq_length": 4098, "sequence_parallel": True}, "PAR-018"),
+        (moe(), Layout(tp=2), 2, {"sequence_parallel": False}, "PAR-046"),
+        (moe(), Layout(tp=2), 16, {"global_batch_size": 12, "micro_batch_size": 1}, "PAR-035"),
+        (moe(), Layout(tp=2), 16, {"global_batch_size": 16, "micro_batch_size": 4}, "PAR-035"),
+        (moe(), Layout(pp=4, vpp=2), 16, {"global_batch_size": 8}, "PAR-037"),
+        (moe(), Layout(pp=4, vpp=2), 16, {"global_batch_size": 24}, "PAR-038"),
+        (
+            moe(mixer="G", linear_num_key_heads=6, linear_num_value_heads=12),
+            Layout(tp=4),
+            4,
+            {},
+            "PAR-021",
+        ),
+        (moe(mixer="M", mamba_num_heads=64, mamba_num_groups=8), Layout(pp=2, vpp=2), 2, {}, "PAR-034"),
+        (moe(mixer="M", mamba_num_heads=48, mamba_num_groups=6), Layout(tp=4), 4, {}, "mamba_num_groups"),
+    ],
+)
+def test_every_layout_error(model, layout, gpus, kwargs, rule):
+    with pytest.raises(LayoutError, match=rule):
+        validate_layout(model, layout, gpus, **kwargs)
+    msg = layout_violation(model, layout, gpus, **kwargs)
+    assert msg is not None and rule in msg and "\n" not in msg
+
+
+def test_legal_layouts_pass():
+    dsv3 = get_model("DeepSeek-V3")
+    validate_layout(
+        dsv3,
+        Layout(tp=1, pp=8, ep=32, pipeline_layout="Et*3|(tt|)*29m|L"),
+        256,
+        global_batch_size=8192,
+        micro_batch_size=1,
+        seq_length=4096,
+        sequence_parallel=False,
+    )
+    # GQA: TP larger than query groups is legal when TP is a multiple (KV heads replicated)
+    validate_layout(moe(heads=32, groups=4), Layout(tp=8), 8)
+    qwen = get_model("Qwen3-30B-A3B")
+    validate_layout(qwen, Layout(tp=1, ep=16), 16, global_batch_size=512, seq_length=4096)
+
+
+def test_error_message_is_one_line_and_names_values():
+    with pytest.raises(LayoutError) as info:
+        validate_layout(moe(), Layout(tp=2, cp=3, ep=8), 16)
+    text = str(info.value)
+    assert "\n" not in text and "16" in text and "PAR-001" in text and "24" in text  # says the minimum
+
+
+# ------------------------------------------------------------------------------------------------------------
+# property: both meshes tile the world
+# ------------------------------------------------------------------------------------------------------------
+
+_sizes = st.sampled_from([1, 2, 3, 4, 6, 8, 16])
+
+
+@settings(max_examples=300, deadline=None)
+@given(tp=_sizes, cp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2, 3, 4]), ep=_sizes,
+       etp=st.sampled_from([None, 1, 2, 4]), mult=st.integers(1, 6))
+def test_meshes_tile_world(tp, cp, pp, ep, etp, mult):
+    layout = Layout(tp=tp, cp=cp, pp=pp, ep=ep, etp=etp)
+    w_min = min_world_size(layout)
+    model = moe(num_layers=12 * pp, heads=48 * 16, groups=48 * 16, experts=48 * 16, moe_ffn=48 * 64, ffn=48 * 64)
+    for w in (w_min * mult, w_min * mult + 1):
+        ok = layout_violation(model, layout, w) is None
+        if ok:
+            assert layout.dp(w) * tp * cp * pp == w
+            assert layout.edp(w) * layout.expert_tp * ep * pp == w
+            assert w % w_min == 0
+        else:
+            assert w % w_min != 0
