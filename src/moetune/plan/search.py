@@ -90,6 +90,8 @@ class PlanResult:
     rejected_by_check: int
     closest: list[tuple[float, Job, Any]]  # (overflow GiB, job, memory) when nothing fits
     notes: list[str] = field(default_factory=list)
+    #: best predicted step time per layout (tp, cp, pp, vpp, ep, etp, mbs, pipeline_layout) over its features
+    per_layout_best: dict[tuple, float] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -213,6 +215,7 @@ def plan(req: PlanRequest) -> PlanResult:
     searched = feasible = layouts = pruned_mem = pruned_bound = rejected = 0
     closest: list[tuple[float, Job, Any]] = []
     offload_queue: list[tuple[LayoutPoint, str]] = []
+    per_layout: dict[tuple, float] = {}
 
     def kth_best() -> float:
         return -best[0][0] if len(best) >= k else float("inf")
@@ -240,7 +243,13 @@ def plan(req: PlanRequest) -> PlanResult:
                     any_ok = True
                     c = Candidate(job, lp, mem, t, findings, rank)
                     cands.append(c)
-                    heapq.heappush(best, (-t.step_time_s, len(cands)))
+                    lk = lp.key()
+                    if t.step_time_s < per_layout.get(lk, float("inf")):
+                        per_layout[lk] = t.step_time_s
+                    if len(cands) >= 4096:  # bound memory: only the best few can be reported
+                        cands.sort(key=Candidate.sort_key)
+                        del cands[max(k, 64):]
+                    heapq.heappush(best, (-t.step_time_s, searched))
                     if len(best) > k:
                         heapq.heappop(best)
         return any_ok
@@ -288,7 +297,7 @@ def plan(req: PlanRequest) -> PlanResult:
     cands.sort(key=Candidate.sort_key)
     closest.sort(key=lambda x: x[0])
     return PlanResult(req, cands[: max(req.top, 1)], searched, feasible, time.perf_counter() - t0, layouts,
-                      pruned_mem, pruned_bound, rejected, closest[:5], notes)
+                      pruned_mem, pruned_bound, rejected, closest[:5], notes, per_layout)
 
 
 def _compute_floor(t) -> float:

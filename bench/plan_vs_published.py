@@ -1,0 +1,96 @@
+"""Planner vs published layouts: for each Megatron-Bridge performance row with a catalog model, is the published
+layout feasible in moetune's search, where does it rank, and how far is moetune's top-1 prediction from its
+prediction for the published layout?
+
+Target: the published layout is in the top 10 or within 5 % of the top-1 prediction for >= 70 % of rows.
+Reads ../shared/data/perf/mbridge_perf_calibration.csv (override with MOETUNE_SHARED).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from pathlib import Path
+
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.errors import MoetuneError
+from moetune.plan.search import PlanRequest, plan
+from moetune.spec.features import parse_precision
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("MOETUNE_SHARED", ROOT.parent / "shared"))
+CSV = SHARED / "data" / "perf" / "mbridge_perf_calibration.csv"
+
+
+def _int(x: str, default: int | None = None) -> int | None:
+    x = (x or "").strip()
+    return int(float(x)) if x and x.lower() not in ("n/a", "na", "none", "-") else default
+
+
+def _precision(label: str) -> str:
+    label = label.strip()
+    if "(" in label:  # 'FP8-CS (FP8-MX)': the table's label, the recipe ran the one in brackets
+        label = label.split("(")[1].rstrip(")")
+    return parse_precision(label or "bf16")
+
+
+def main(limit: int | None = None) -> None:
+    rows = list(csv.DictReader(CSV.open()))
+    seen: dict[tuple, dict] = {}
+    out = []
+    for r in rows:
+        try:
+            model = get_model(r["model"])
+            system = get_system(r["system"])
+            prec = _precision(r["precision"])
+        except MoetuneError as exc:
+            out.append((r, None, f"skipped: {exc}"))
+            continue
+        gpus, gbs, seq = _int(r["num_gpus"]), _int(r["gbs"]), _int(r["seq_len"])
+        pub = {"tp": _int(r["tp"], 1), "pp": _int(r["pp"], 1), "cp": _int(r["cp"], 1), "vpp": _int(r["vp"], 1),
+               "ep": _int(r["ep"], 1), "mbs": _int(r["mbs"], 1)}
+        if r.get("etp", "").strip():
+            pub["etp"] = _int(r["etp"])
+        key = (model.name, system.name, gpus, gbs, seq, prec)
+        if key not in seen:
+            req = PlanRequest(model=model, system=system, gpus=gpus, global_batch_size=gbs, seq_length=seq,
+                              precisions=(prec,), mbs_options=tuple(sorted({1, 2, 4, pub["mbs"]})), top=10)
+            seen[key] = {"req": req, "res": plan(req)}
+        full = seen[key]["res"]
+        fixed_req = PlanRequest(**{**seen[key]["req"].__dict__, "fix": pub, "top": 1})
+        fixed = plan(fixed_req)
+        if not fixed.candidates:
+            out.append((r, None, "published layout NOT feasible in moetune"))
+            continue
+        pub_t = fixed.candidates[0].time.step_time_s
+        best = full.candidates[0].time.step_time_s if full.candidates else pub_t
+        times = sorted(full.per_layout_best.values())
+        rank = 1 + sum(1 for t in times if t < pub_t - 1e-12)
+        within = (pub_t - best) / pub_t if pub_t else 0.0
+        ok = rank <= 10 or within <= 0.05
+        out.append((r, {"rank": rank, "pub_t": pub_t, "best_t": best, "gap": within, "ok": ok,
+                        "top1": full.candidates[0].job.layout.short() if full.candidates else "-"}, ""))
+        if limit and len(out) >= limit:
+            break
+    print(f"{'model':<22} {'system':<10} {'GPUs':>5} {'prec':<7} {'published layout':<28} {'rank':>5} "
+          f"{'gap to top-1':>12} {'ok':>3}  moetune top-1")
+    n_ok = n = 0
+    for r, res, msg in out:
+        lay = f"TP{r['tp']} PP{r['pp']} CP{r['cp']} VP{r['vp']} EP{r['ep']} MBS{r['mbs']}"
+        if res is None:
+            print(f"{r['model']:<22} {r['system']:<10} {r['num_gpus']:>5} {r['precision']:<7} {lay:<28} {msg}")
+            if not msg.startswith("skipped"):
+                n += 1
+            continue
+        n += 1
+        n_ok += res["ok"]
+        print(f"{r['model']:<22} {r['system']:<10} {r['num_gpus']:>5} {r['precision']:<7} {lay:<28} "
+              f"{res['rank']:>5} {100 * res['gap']:>11.1f}% {'yes' if res['ok'] else 'no':>3}  {res['top1']}")
+    print(f"\nrows evaluated: {n}; published layout in top 10 or within 5 % of top-1: {n_ok} "
+          f"({100 * n_ok / max(n, 1):.0f} %; target >= 70 %)")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else None)

@@ -1,0 +1,64 @@
+"""The planner's search space: divisibility invariants, --fix pins, generated pipeline layouts."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.plan.space import SpaceLimits, balanced_layout, divisors, enumerate_layouts
+from moetune.spec.layout import Layout
+from moetune.spec.pipeline import pipeline_stages
+
+
+def test_divisors():
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(1) == [1]
+    assert divisors(61) == [1, 61]
+
+
+def test_every_layout_satisfies_both_meshes():
+    m, s = get_model("DeepSeek-V3"), get_system("DGX-H100")
+    n = 0
+    for lp in enumerate_layouts(m, s, 256, 4096, 4096):
+        n += 1
+        assert lp.dp * lp.tp * lp.cp * lp.pp == 256
+        assert lp.edp * lp.etp * lp.ep * lp.pp == 256
+        assert 256 % (lp.mbs * lp.dp) == 0 or 4096 % (lp.mbs * lp.dp) == 0
+        assert 4096 % (lp.mbs * lp.dp) == 0
+        assert 256 % lp.ep == 0  # experts divisible by EP
+        assert lp.tp <= s.nvlink_domain
+    assert n > 100
+
+
+def test_fix_pins_dimensions():
+    m, s = get_model("DeepSeek-V3"), get_system("DGX-H100")
+    lim = SpaceLimits(fix={"tp": 2, "ep": 64, "pp": 8})
+    pts = list(enumerate_layouts(m, s, 1024, 8192, 4096, lim))
+    assert pts and all(p.tp == 2 and p.ep == 64 and p.pp == 8 for p in pts)
+
+
+@settings(max_examples=60, deadline=None)
+@given(layers=st.integers(4, 96), pp=st.sampled_from([2, 4, 8, 16]), vpp=st.sampled_from([1, 2, 4]),
+       mtp=st.integers(0, 1))
+def test_balanced_layout_is_a_valid_megatron_layout(layers, pp, vpp, mtp):
+    stages = pp * vpp
+    text = balanced_layout(layers, stages, mtp)
+    if text is None:
+        assert layers % stages == 0 and mtp == 0 or layers < stages
+        return
+    assert text.count("E") == 1 and text.count("L") == 1
+    assert text.count("t") == layers and text.count("m") == mtp
+    assert text.count("|") == stages - 1
+    m = get_model("DeepSeek-V3").model_copy(update={"num_layers": layers, "mixer_pattern": "A" * layers,
+                                                     "mlp_pattern": "E" * layers, "mtp_num_layers": mtp})
+    ranks = pipeline_stages(m, Layout(pp=pp, vpp=vpp if vpp > 1 else None, pipeline_layout=text))
+    assert sum(r.num_layers for r in ranks) == layers
+    assert ranks[0].chunks[0].embedding
+
+
+def test_dsv3_balanced_layout_matches_published_shape():
+    # the published DSV3 H100 layout Et*3|(tt|)*29m|L puts 61 layers on 32 stages; ours does too
+    text = balanced_layout(61, 32, 1)
+    assert text.count("t") == 61 and text.count("|") == 31
