@@ -1,0 +1,144 @@
+"""Render a run into a Slurm batch script (``run.sbatch``) and a per-rank launch script (``launch.sh``).
+
+Megatron-Bridge: ``scripts/training/run_recipe.py --recipe <recipe> section.field=value ...`` or the performance
+harness ``scripts/performance/run_script.py`` (flags of its ``argument_parser.py``); Megatron-LM:
+``pretrain_gpt.py --flags``. Both are started with ``srun`` one task per GPU, with RANK/WORLD_SIZE/LOCAL_RANK taken
+from Slurm. Profile runs are wrapped in Nsight Systems (``nsys profile --capture-range=cudaProfilerApi``, the
+framework opens/closes the range at the profiled steps) or use the framework's PyTorch profiler.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from importlib import resources
+from typing import Any
+
+from moetune.sweep.contract import Contract
+from moetune.sweep.overrides import (bridge_overrides, feature_env, harness_flags, megatron_flags)
+from moetune.sweep.phases import RunSpec
+
+_PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
+GPU_HARNESS_NAME = {"h100": "h100", "b200": "b200", "b300": "b300", "gb200": "gb200", "gb300": "gb300"}
+
+
+def template(name: str) -> str:
+    return resources.files("moetune.sweep").joinpath("templates", name).read_text()
+
+
+def render(name: str, values: dict[str, str]) -> str:
+    """Fill ``{{NAME}}`` placeholders; every placeholder must be given (no silent blanks)."""
+    text = template(name)
+    missing = sorted({m for m in _PLACEHOLDER.findall(text) if m not in values})
+    if missing:
+        raise KeyError(f"template {name}: no value for {', '.join(missing)}")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def entry_and_args(contract: Contract, run: RunSpec) -> tuple[str, list[str]]:
+    """The script to run and its arguments for this run."""
+    lc = contract.launcher
+    sh = contract.shape
+    kw = dict(precision=run.precision, gbs=sh.global_batch_size, mbs=run.mbs, seq=sh.seq_length,
+              steps=run.window.steps)
+    prof_start, prof_end = lc.profile_steps or (run.window.first, min(run.window.first + 1, run.window.last))
+    if lc.framework == "megatron-lm":
+        args = megatron_flags(run.layout, run.features, **kw)
+        if run.profile:
+            args += ["--profile", "--profile-step-start", str(prof_start), "--profile-step-end", str(prof_end),
+                     "--profile-ranks", "0"]
+            if lc.profiler == "torch":
+                args += ["--use-pytorch-profiler", "--tensorboard-dir", "$RUN_DIR/traces"]
+        return "pretrain_gpt.py", args
+    if lc.entry == "run_script":
+        gpu = contract.hardware.gpu_type.split("-")[0].lower()
+        args = harness_flags(run.layout, run.features, **kw, gpus=run.gpus,
+                             gpus_per_node=contract.hardware.gpus_per_node, gpu=GPU_HARNESS_NAME.get(gpu, gpu),
+                             family=lc.model_family or "unknown", recipe=lc.model_recipe or "unknown")
+        if run.profile:
+            args += (["-en"] if lc.profiler == "nsys" else ["-pyp", "true"])
+            args += ["--profiling_start_step", str(prof_start), "--profiling_stop_step", str(prof_end)]
+        return "scripts/performance/run_script.py", args
+    args = ["--recipe", lc.recipe or "unknown_pretrain_config"] + bridge_overrides(run.layout, run.features, **kw)
+    if run.profile:
+        if lc.profiler == "nsys":
+            args += ["profiling.use_nsys_profiler=true"]
+        else:
+            args += ["profiling.use_pytorch_profiler=true", "profiling.record_shapes=false"]
+        args += [f"profiling.profile_step_start={prof_start}", f"profiling.profile_step_end={prof_end}",
+                 "profiling.profile_ranks=[0]"]
+    return "scripts/training/run_recipe.py", args
+
+
+def _quote_arg(a: str) -> str:
+    # keep $RUN_DIR expandable inside the launch script
+    if "$RUN_DIR" in a:
+        return '"' + a.replace('"', '\\"') + '"'
+    return shlex.quote(a)
+
+
+def render_launch(contract: Contract, run: RunSpec) -> str:
+    entry, args = entry_and_args(contract, run)
+    profiler = ""
+    if run.profile and contract.launcher.profiler == "nsys" and contract.launcher.entry != "run_script":
+        profiler = ('nsys profile -s none -t cuda,nvtx,osrt --capture-range=cudaProfilerApi '
+                    '--capture-range-end=stop --force-overwrite=true '
+                    '-o "$RUN_DIR/traces/profile_rank${SLURM_PROCID}" ')
+    return render("launch_rank.sh", {
+        "RUN": run.name, "FRAMEWORK": contract.launcher.framework, "WORKDIR": shlex.quote(contract.launcher.workdir),
+        "PROFILER": profiler, "ENTRY": entry, "ARGS": " \\\n  ".join(_quote_arg(a) for a in args)})
+
+
+def run_env(contract: Contract, run: RunSpec) -> dict[str, str]:
+    return feature_env(run.layout, run.features, nvlink_domain=contract.hardware.nvlink_domain,
+                       base=contract.env or None)
+
+
+def render_batch(contract: Contract, run: RunSpec, *, sweep_name: str, run_dir: str,
+                 replay: dict[str, Any] | None) -> str:
+    lc = contract.launcher
+    gpn = contract.hardware.gpus_per_node
+    extra = []
+    if lc.account:
+        extra.append(f"#SBATCH --account={lc.account}")
+    if lc.partition:
+        extra.append(f"#SBATCH --partition={lc.partition}")
+    extra += [f"#SBATCH {x}" for x in lc.extra_sbatch]
+    env = run_env(contract, run)
+    exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    if replay is None:
+        nodes = max(1, -(-run.gpus // gpn))
+        tasks = min(gpn, run.gpus)
+        extra.insert(0, f"#SBATCH --gpus-per-node={tasks}")
+        extra.append("#SBATCH --exclusive")
+        srun = ["--ntasks-per-node", str(tasks), "--cpu-bind=none", "--kill-on-bad-exit=1"]
+        if lc.container_image:
+            srun += [f"--container-image={lc.container_image}", "--no-container-mount-home"]
+            if lc.container_mounts:
+                srun.append(f"--container-mounts={','.join(lc.container_mounts)}")
+        srun += lc.extra_srun
+        post = ""
+        if run.profile and lc.profiler == "nsys":
+            post = ('for f in "$RUN_DIR"/traces/*.nsys-rep; do [ -e "$f" ] || continue; '
+                    'nsys export --type sqlite --force-overwrite true -o "${f%.nsys-rep}.sqlite" "$f" || true; done')
+        payload = render("payload_train.sh", {"MASTER_PORT": "29500", "SRUN_ARGS": " ".join(
+            shlex.quote(a) for a in srun), "POST": post})
+    else:
+        nodes, tasks = 1, 1
+        sources = "\n".join(f"#   {k}: {v}" for k, v in replay.items() if v)
+        cmds = ['set -e']
+        if replay.get("log"):
+            dest = "golden_values.json" if str(replay["log"]).endswith(".json") else "train.log"
+            cmds.append(f'cp {shlex.quote(str(replay["log"]))} "$RUN_DIR/logs/{dest}"')
+        if replay.get("trace"):
+            name = str(replay["trace"]).rsplit("/", 1)[-1]
+            cmds.append(f'cp {shlex.quote(str(replay["trace"]))} "$RUN_DIR/traces/{name}"')
+        payload = render("payload_replay.sh", {"REPLAY_SOURCES": sources,
+                                               "REPLAY_CMD": shlex.quote("; ".join(cmds))})
+        payload = "export RUN_DIR\n" + payload
+    return render("batch.sbatch", {
+        "SWEEP": sweep_name, "RUN": run.name, "PHASE": run.phase,
+        "DESCRIPTION": ("; ".join(run.notes) or run.phase).replace("\n", " "),
+        "JOB_NAME": f"mt-{sweep_name}-{run.name}"[:64], "NODES": str(nodes), "TASKS_PER_NODE": str(tasks),
+        "TIME_LIMIT": lc.time_limit, "RUN_DIR": run_dir, "RUN_DIR_Q": shlex.quote(run_dir),
+        "SBATCH_EXTRA": "\n".join(extra), "ENV_EXPORTS": exports or "# (none)", "PAYLOAD": payload})

@@ -1,0 +1,231 @@
+"""Translate a layout + features into launch arguments: Megatron-Bridge Hydra overrides, Megatron-LM flags,
+perf-harness (``scripts/performance/run_script.py``) flags and the environment variables the features need.
+
+Field names follow docs/domain.md §8 (Bridge ``ConfigContainer`` paths / Megatron-LM ``arguments.py`` flags), checked
+against Megatron-Bridge ``scripts/performance/argument_parser.py`` for the harness flags. Environment variables follow
+docs/domain.md §6.5 (S:hw, S:slurm) and §6.3 (``CUDA_DEVICE_MAX_CONNECTIONS`` = 1 for TP overlap on H100, 32 with EP
+overlap + graphs).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from moetune.spec.features import BRIDGE_MIXED_PRECISION
+
+#: layout key -> (Bridge override path, Megatron-LM flag, run_script flag)
+LAYOUT_KEYS: dict[str, tuple[str, str, str | None]] = {
+    "tp": ("model.tensor_model_parallel_size", "--tensor-model-parallel-size", "-tp"),
+    "pp": ("model.pipeline_model_parallel_size", "--pipeline-model-parallel-size", "-pp"),
+    "vpp": ("model.virtual_pipeline_model_parallel_size", "--num-virtual-stages-per-pipeline-rank", "-vp"),
+    "cp": ("model.context_parallel_size", "--context-parallel-size", "-cp"),
+    "ep": ("model.expert_model_parallel_size", "--expert-model-parallel-size", "-ep"),
+    "etp": ("model.expert_tensor_parallel_size", "--expert-tensor-parallel-size", "-et"),
+    "pipeline_layout": ("model.pipeline_model_parallel_layout", "--pipeline-model-parallel-layout", None),
+}
+
+#: Features field -> (Bridge override path, Megatron-LM flag). Booleans become ``true/false`` overrides and
+#: presence flags in Megatron-LM (omitted when false); lists become ``[a,b]`` / space-separated values.
+FEATURE_KEYS: dict[str, tuple[str | None, str | None]] = {
+    "moe_token_dispatcher_type": ("model.moe_token_dispatcher_type", "--moe-token-dispatcher-type"),
+    "moe_flex_dispatcher_backend": ("model.moe_flex_dispatcher_backend", "--moe-flex-dispatcher-backend"),
+    "moe_flex_dispatcher_num_sms": ("model.moe_flex_dispatcher_num_sms", "--moe-flex-dispatcher-num-sms"),
+    "moe_grouped_gemm": ("model.moe_grouped_gemm", "--moe-grouped-gemm"),
+    "moe_permute_fusion": ("model.moe_permute_fusion", "--moe-permute-fusion"),
+    "moe_router_fusion": ("model.moe_router_fusion", "--moe-router-fusion"),
+    "moe_router_force_load_balancing": ("model.moe_router_force_load_balancing", "--moe-router-force-load-balancing"),
+    "moe_expert_capacity_factor": ("model.moe_expert_capacity_factor", "--moe-expert-capacity-factor"),
+    "moe_pad_expert_input_to_capacity": ("model.moe_pad_expert_input_to_capacity",
+                                         "--moe-pad-expert-input-to-capacity"),
+    "sequence_parallel": ("model.sequence_parallel", "--sequence-parallel"),
+    # EP overlap lives under comm_overlap: model-level values are reset by CommOverlapConfig (docs/domain.md §8)
+    "overlap_moe_expert_parallel_comm": ("comm_overlap.overlap_moe_expert_parallel_comm",
+                                         "--overlap-moe-expert-parallel-comm"),
+    "delay_wgrad_compute": ("comm_overlap.delay_wgrad_compute", "--delay-wgrad-compute"),
+    "moe_shared_expert_overlap": ("model.moe_shared_expert_overlap", "--moe-shared-expert-overlap"),
+    "tp_comm_overlap": ("comm_overlap.tp_comm_overlap", "--tp-comm-overlap"),
+    "overlap_grad_reduce": ("ddp.overlap_grad_reduce", "--overlap-grad-reduce"),
+    "overlap_param_gather": ("ddp.overlap_param_gather", "--overlap-param-gather"),
+    "cp_comm_type": ("model.cp_comm_type", "--cp-comm-type"),
+    "recompute_granularity": ("model.recompute_granularity", "--recompute-granularity"),
+    "recompute_method": ("model.recompute_method", "--recompute-method"),
+    "recompute_num_layers": ("model.recompute_num_layers", "--recompute-num-layers"),
+    "recompute_modules": ("model.recompute_modules", "--recompute-modules"),
+    "fine_grained_activation_offloading": ("model.fine_grained_activation_offloading",
+                                           "--fine-grained-activation-offloading"),
+    "offload_modules": ("model.offload_modules", "--offload-modules"),
+    "optimizer_cpu_offload": ("optimizer.optimizer_cpu_offload", "--optimizer-cpu-offload"),
+    "optimizer_offload_fraction": ("optimizer.optimizer_offload_fraction", "--optimizer-offload-fraction"),
+    "cuda_graph_impl": ("model.cuda_graph_impl", "--cuda-graph-impl"),
+    "cuda_graph_scope": ("model.cuda_graph_scope", "--cuda-graph-modules"),
+    "use_distributed_optimizer": ("optimizer.use_distributed_optimizer", "--use-distributed-optimizer"),
+    "num_distributed_optimizer_instances": ("ddp.num_distributed_optimizer_instances",
+                                            "--num-distributed-optimizer-instances"),
+    "use_precision_aware_optimizer": ("optimizer.use_precision_aware_optimizer", "--use-precision-aware-optimizer"),
+    "fp8_param_gather": ("mixed_precision.fp8_param_gather", "--fp8-param-gather"),
+    "first_last_layers_bf16": ("mixed_precision.first_last_layers_bf16", "--first-last-layers-bf16"),
+    "manual_gc": ("train.manual_gc", "--manual-gc"),
+}
+
+#: Megatron-LM precision flags per canonical recipe (docs/domain.md §8: --fp8-format/--fp8-recipe/--fp4-*)
+MLM_PRECISION_FLAGS: dict[str, list[str]] = {
+    "bf16": ["--bf16"],
+    "fp16": ["--fp16"],
+    "fp8_delayed": ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"],
+    "fp8_cs": ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
+    "fp8_blockwise": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
+    "mxfp8": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
+    "nvfp4": ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+}
+
+#: perf-harness ``-c`` value per canonical precision (argument_parser.py: bf16, fp8_cs, fp8_mx, fp8_sc, nvfp4)
+HARNESS_DTYPE: dict[str, str] = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "fp8_mx", "fp8_blockwise": "fp8_sc",
+                                 "nvfp4": "nvfp4"}
+
+
+def _bridge_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "null"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(str(x) for x in v) + "]"
+    return str(v)
+
+
+def bridge_overrides(layout: dict[str, Any], features: dict[str, Any], *, precision: str, gbs: int, mbs: int,
+                     seq: int, steps: int) -> list[str]:
+    """Hydra-style ``section.field=value`` overrides for ``run_recipe.py`` (lists as ``'[a,b]'``)."""
+    out = [
+        f"train.train_iters={steps}",
+        f"train.global_batch_size={gbs}",
+        f"train.micro_batch_size={mbs}",
+        f"model.seq_length={seq}",
+        f"dataset.seq_length={seq}",
+        "logger.log_interval=1",
+        f"mixed_precision={BRIDGE_MIXED_PRECISION.get(precision, precision)}",
+    ]
+    for key, (path, _flag, _h) in LAYOUT_KEYS.items():
+        v = layout.get(key)
+        if v is None:
+            continue
+        out.append(f"{path}={_bridge_value(v)}")
+    for key, (path, _flag) in FEATURE_KEYS.items():
+        if key not in features or path is None:
+            continue
+        v = features[key]
+        if key == "cuda_graph_scope" and not v:
+            continue
+        if key in ("recompute_modules", "offload_modules") and not v:
+            continue
+        out.append(f"{path}={_bridge_value(v)}")
+    if features.get("cuda_graph_impl", "none") not in (None, "none"):
+        # graphs need the TE RNG tracker (docs/domain.md §6.4)
+        out += ["model.use_te_rng_tracker=true", "rng.te_rng_tracker=true"]
+        if "full_iteration" in (features.get("cuda_graph_scope") or ()):
+            out.append("rerun_state_machine.check_for_nan_in_loss=false")
+    return out
+
+
+def megatron_flags(layout: dict[str, Any], features: dict[str, Any], *, precision: str, gbs: int, mbs: int,
+                   seq: int, steps: int) -> list[str]:
+    """Megatron-LM ``pretrain_gpt.py`` flags (``--kebab-case``)."""
+    out = ["--train-iters", str(steps), "--global-batch-size", str(gbs), "--micro-batch-size", str(mbs),
+           "--seq-length", str(seq), "--log-interval", "1", "--log-throughput"]
+    out += MLM_PRECISION_FLAGS.get(precision, ["--bf16"])
+    for key, (_path, flag, _h) in LAYOUT_KEYS.items():
+        v = layout.get(key)
+        if v is None or (key == "vpp" and layout.get("pipeline_layout")):
+            continue
+        out += [flag, str(v)]
+    for key, (_path, flag) in FEATURE_KEYS.items():
+        if key not in features or flag is None:
+            continue
+        v = features[key]
+        if isinstance(v, bool):
+            if key == "sequence_parallel" and int(layout.get("tp") or 1) == 1:
+                continue
+            if v:
+                out.append(flag)
+        elif isinstance(v, list | tuple):
+            if v:
+                out += [flag, *[str(x) for x in v]]
+        elif v is not None:
+            if key == "cuda_graph_impl" and v == "none":
+                continue
+            out += [flag, str(v)]
+    if features.get("cuda_graph_impl", "none") not in (None, "none"):
+        out.append("--te-rng-tracker")
+    return out
+
+
+def harness_flags(layout: dict[str, Any], features: dict[str, Any], *, precision: str, gbs: int, mbs: int,
+                  seq: int, steps: int, gpus: int, gpus_per_node: int, gpu: str, family: str,
+                  recipe: str) -> list[str]:
+    """``scripts/performance/run_script.py`` flags (argument_parser.py names)."""
+    out = ["-m", family, "-mr", recipe, "-ng", str(gpus), "-gn", str(gpus_per_node), "-g", gpu,
+           "-c", HARNESS_DTYPE.get(precision, "bf16"), "-gb", str(gbs), "-mb", str(mbs), "-sl", str(seq),
+           "-ms", str(steps)]
+    for key, (_path, _flag, hflag) in LAYOUT_KEYS.items():
+        v = layout.get(key)
+        if hflag is None:
+            continue
+        if key == "vpp":
+            out += [hflag, "None" if v is None else str(v)]
+        elif v is not None:
+            out += [hflag, str(v)]
+    if layout.get("pipeline_layout"):
+        out += ["--pipeline_model_parallel_layout", str(layout["pipeline_layout"])]
+    disp = features.get("moe_token_dispatcher_type")
+    out += ["--moe_flex_dispatcher_backend",
+            str(features.get("moe_flex_dispatcher_backend")) if disp == "flex" else "None"]
+    if features.get("cuda_graph_impl") not in (None, "none"):
+        out += ["--cuda_graph_impl", str(features["cuda_graph_impl"])]
+        if features.get("cuda_graph_scope"):
+            out += ["--cuda_graph_scope", ",".join(features["cuda_graph_scope"])]
+    if features.get("recompute_modules"):
+        out += ["--recompute_modules", ",".join(features["recompute_modules"])]
+    if "overlap_moe_expert_parallel_comm" in features:
+        out += ["--moe_a2a_overlap", "true" if features["overlap_moe_expert_parallel_comm"] else "false"]
+    # fields without a harness flag travel as Hydra overrides after the flags
+    extra = [o for o in bridge_overrides({}, {k: v for k, v in features.items() if k in _NO_HARNESS_FLAG},
+                                         precision=precision, gbs=gbs, mbs=mbs, seq=seq, steps=steps)
+             if o.split("=", 1)[0] not in _BASE_OVERRIDE_KEYS]
+    return out + extra
+
+
+_NO_HARNESS_FLAG = {"delay_wgrad_compute", "moe_shared_expert_overlap", "moe_flex_dispatcher_num_sms",
+                    "recompute_granularity", "recompute_method", "moe_router_force_load_balancing",
+                    "fine_grained_activation_offloading", "offload_modules"}
+_BASE_OVERRIDE_KEYS = {"train.train_iters", "train.global_batch_size", "train.micro_batch_size", "model.seq_length",
+                       "dataset.seq_length", "logger.log_interval", "mixed_precision"}
+
+
+def feature_env(layout: dict[str, Any], features: dict[str, Any], *, nvlink_domain: int,
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment variables the features need (docs/domain.md §6.2, §6.3, §6.5)."""
+    env = {
+        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True" if features.get("expandable_segments", True) else "",
+        "NCCL_GRAPH_REGISTER": "0",
+        "NCCL_NVLS_ENABLE": "0",
+        "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1",
+    }
+    graphs = features.get("cuda_graph_impl") not in (None, "none")
+    if features.get("overlap_moe_expert_parallel_comm") and graphs:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
+    elif features.get("overlap_moe_expert_parallel_comm"):
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"  # MLM-MoE: must be > 1 with EP overlap
+    elif features.get("tp_comm_overlap") or int(layout.get("tp") or 1) > 1:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if features.get("moe_token_dispatcher_type") == "flex" and features.get("moe_flex_dispatcher_backend") == "hybridep":
+        ep = int(layout.get("ep") or 1)
+        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(min(ep, nvlink_domain))
+    env = {k: v for k, v in env.items() if v != ""}
+    if base:
+        env = {**base, **{k: v for k, v in env.items() if k not in base}}
+    return env
+
+
+def shell_join(args: list[str]) -> str:
+    return " ".join(shlex.quote(a) for a in args)

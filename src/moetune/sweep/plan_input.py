@@ -1,0 +1,137 @@
+"""Read the sweep's starting point: a ``moetune plan --json`` document or a baseline config file.
+
+PLAN.json shape (issue 6): ``{"candidates": [{"layout": {"tp","pp","vpp","cp","ep","etp","dp","edp","mbs"},
+"features": {...}, "memory": {...}, "time": {...}, "launch": {...}}], "searched", "feasible", "seconds"}``.
+The request (model, system, GPU count, GBS, sequence, precision) is read from a top-level ``request`` (or ``job``)
+object or from the candidate's ``launch``; anything missing must come from the command line. Extra keys are
+ignored so the reader keeps working as the planner grows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from moetune.errors import InputError
+
+LAYOUT_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "pipeline_layout")
+
+
+@dataclass
+class Candidate:
+    """One planner candidate (or the baseline config) in the form the sweep generator needs."""
+
+    index: int
+    layout: dict[str, Any]
+    mbs: int
+    features: dict[str, Any]
+    memory: dict[str, Any] = field(default_factory=dict)
+    time: dict[str, Any] = field(default_factory=dict)
+    launch: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        lay = self.layout
+        s = f"TP{lay.get('tp', 1)} PP{lay.get('pp', 1)}"
+        if lay.get("vpp"):
+            s += f" VPP{lay['vpp']}"
+        s += f" CP{lay.get('cp', 1)} EP{lay.get('ep', 1)} ETP{lay.get('etp') or '-'} MBS{self.mbs}"
+        return s
+
+    def predicted(self) -> dict[str, float | None]:
+        """Predicted step time / throughput / peak memory, tolerant of the planner's exact key names."""
+        return {
+            "step_time_s": _num(self.time, "step_time_s", "step_s", "step_time"),
+            "tokens_per_s_per_gpu": _num(self.time, "tokens_per_s_per_gpu", "tokens_per_s_gpu"),
+            "tflops_per_gpu": _num(self.time, "tflops_per_gpu", "model_tflops_per_gpu", "tflops"),
+            "peak_gib": _num(self.memory, "peak_gib", "max_peak_gib", "peak"),
+            "headroom_gib": _num(self.memory, "headroom_gib", "headroom"),
+        }
+
+
+@dataclass
+class PlanInput:
+    request: dict[str, Any]
+    candidates: list[Candidate]
+    source: str
+    searched: int | None = None
+    feasible: int | None = None
+
+
+def _num(d: dict[str, Any], *keys: str) -> float | None:
+    for k in keys:
+        v = d.get(k)
+        if isinstance(v, dict):
+            v = v.get("median", v.get("value"))
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or int(value) != value or value < 1:
+        raise InputError.bad_value(where, value, "a positive integer")
+    return int(value)
+
+
+def read_plan(path: Path) -> PlanInput:
+    """Parse PLAN.json; one-line errors name the file and the field."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (expected the output of `moetune plan --json`)") from None
+    except orjson.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("candidates"), list):
+        raise InputError(f"{path}: expected an object with a 'candidates' list (output of `moetune plan --json`)")
+    if not data["candidates"]:
+        raise InputError(f"{path}: 'candidates' is empty (the planner found nothing that fits)")
+    cands = []
+    for i, c in enumerate(data["candidates"]):
+        where = f"{path.name}: candidates[{i}]"
+        if not isinstance(c, dict) or not isinstance(c.get("layout"), dict):
+            raise InputError(f"{where}: expected an object with a 'layout' object")
+        lay_in = c["layout"]
+        layout: dict[str, Any] = {}
+        for k in LAYOUT_FIELDS:
+            v = lay_in.get(k)
+            if v is None:
+                continue
+            layout[k] = v if k == "pipeline_layout" else _int(v, f"{where}.layout.{k}")
+        for k in ("tp", "pp", "cp", "ep"):
+            layout.setdefault(k, 1)
+        mbs = _int(lay_in.get("mbs", c.get("mbs", 1)), f"{where}.layout.mbs")
+        feats = c.get("features") or {}
+        if not isinstance(feats, dict):
+            raise InputError(f"{where}.features: expected an object")
+        cands.append(Candidate(index=i, layout=layout, mbs=mbs, features=dict(feats),
+                               memory=c.get("memory") if isinstance(c.get("memory"), dict) else {},
+                               time=c.get("time") if isinstance(c.get("time"), dict) else {},
+                               launch=c.get("launch") if isinstance(c.get("launch"), dict) else {}))
+    req = data.get("request") or data.get("job") or {}
+    if not isinstance(req, dict):
+        raise InputError(f"{path}: 'request' must be an object")
+    return PlanInput(request=dict(req), candidates=cands, source=str(path),
+                     searched=data.get("searched"), feasible=data.get("feasible"))
+
+
+def read_baseline(path: Path) -> PlanInput:
+    """A baseline config (Bridge YAML / Megatron-LM args) as a one-candidate plan, through the config readers."""
+    try:
+        from moetune.io.config_to_job import config_to_job  # type: ignore[import-not-found]
+    except ImportError:
+        config_to_job = None
+    if config_to_job is None:
+        raise InputError(f"{path}: --baseline needs moetune.io.config_to_job (the config readers), which this "
+                         "install does not have yet; use --from-plan PLAN.json")
+    job = config_to_job(path)
+    layout = {k: getattr(job.layout, k, None) for k in LAYOUT_FIELDS}
+    layout = {k: v for k, v in layout.items() if v is not None}
+    feats = job.features.model_dump(mode="json")
+    req = {"model": job.model.name, "system": job.system.name, "gpus": job.gpus,
+           "global_batch_size": job.global_batch_size, "seq_length": job.seq_length,
+           "precision": job.features.precision}
+    return PlanInput(request=req, candidates=[Candidate(0, layout, job.micro_batch_size, feats)], source=str(path))

@@ -1,0 +1,245 @@
+"""The sweep directory: ``contract.yaml``, ``sweep.yaml`` (runs, phases, dependencies) and ``runs/<name>/``
+(``run.sbatch``, ``launch.sh``, ``command.txt``, ``run.yaml``, ``logs/``, ``traces/``).
+
+``--dry-run-replay REPLAY.yaml`` (explicit, never the default) makes every job copy a recorded log / golden-values
+JSON / trace into its run directory instead of training, so the whole sweep machinery can run on a scheduler without
+GPUs. REPLAY.yaml maps run names (``fnmatch`` patterns, first match wins) to ``{log: PATH, trace: PATH}``; relative
+paths are resolved against REPLAY.yaml's folder.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from moetune.errors import InputError
+from moetune.sweep.contract import (Contract, ContractLayout, Hardware, Launcher, Semantics, Shape, Versions,
+                                    file_sha256, load_contract, screen_window, validate_window)
+from moetune.sweep.launcher import entry_and_args, render_batch, render_launch, run_env
+from moetune.sweep.phases import PHASES, RunSpec, generate_runs
+from moetune.sweep.plan_input import Candidate, PlanInput
+
+#: Features defaults (Megatron-Core dataclass defaults, spec/features.py) used when the plan omits a field
+_FEATURE_DEFAULT_KEYS = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
+                         "delay_wgrad_compute", "recompute_granularity", "recompute_modules", "cuda_graph_impl",
+                         "cuda_graph_scope", "moe_router_force_load_balancing", "moe_expert_capacity_factor")
+
+
+def _features_with_defaults(feats: dict[str, Any]) -> dict[str, Any]:
+    from moetune.spec.features import Features
+
+    defaults = Features().model_dump(mode="json")
+    out = {k: defaults[k] for k in _FEATURE_DEFAULT_KEYS}
+    out.update({k: (list(v) if isinstance(v, tuple) else v) for k, v in feats.items()})
+    out.pop("precision", None)
+    return out
+
+
+def _model_info(model: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"moe": True, "mla": False}
+    try:
+        from moetune.catalog.models import get_model
+
+        m = get_model(model)
+        info.update(moe=m.is_moe, mla=m.multi_latent_attention, name=m.name)
+    except Exception:  # unknown model: keep generic MoE defaults, recorded as an assumption
+        info["assumption"] = f"model {model!r} not in the catalog: generic MoE retune candidates"
+    return info
+
+
+def build_contract(plan: PlanInput, cand: Candidate, *, opts: dict[str, Any]) -> tuple[Contract, dict[str, Any]]:
+    """Freeze the contract from the plan request, the chosen candidate and the command-line options."""
+    req = {**plan.request, **{k: v for k, v in opts.items() if v is not None and k in (
+        "model", "system", "gpus", "global_batch_size", "seq_length", "precision")}}
+    for key in ("model", "system", "gpus", "global_batch_size", "seq_length"):
+        if req.get(key) in (None, ""):
+            raise InputError(f"{plan.source}: no '{key}' in the plan's request; pass --{key.replace('_', '-')}")
+    from moetune.catalog.systems import get_system
+    from moetune.spec.features import parse_precision
+
+    system = get_system(str(req["system"]))
+    gpus = int(req["gpus"])
+    precision = parse_precision(str(req.get("precision") or cand.features.get("precision") or "bf16"))
+    feats = _features_with_defaults(cand.features)
+    lay = cand.layout
+    tp, pp, cp, ep = (int(lay.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
+    etp = lay.get("etp")
+    etp_eff = int(etp) if etp is not None else (1 if ep > 1 else tp)
+    if gpus % (tp * cp * pp) or gpus % (etp_eff * ep * pp):
+        raise InputError(f"candidate {cand.index}: layout {cand.label} does not divide {gpus} GPUs")
+    reasons = []
+    forced = bool(feats.get("moe_router_force_load_balancing"))
+    data = opts.get("data") or "mock"
+    if forced:
+        reasons.append("forced load balancing (benchmark-only routing)")
+    if data == "mock":
+        reasons.append("mock data")
+    cap = feats.get("moe_expert_capacity_factor")
+    routing = "force-balanced" if forced else (f"capacity={cap}" if cap else "dropless")
+    label = "benchmark-only" if reasons else "training-equivalent"
+    launcher = Launcher(**{k: v for k, v in (opts.get("launcher") or {}).items() if v is not None})
+    if launcher.framework == "megatron-bridge" and launcher.entry == "run_recipe" and not launcher.recipe:
+        launcher = launcher.model_copy(update={"recipe": cand.launch.get("recipe") or cand.launch.get(
+            "bridge_recipe") or "unknown_pretrain_config"})
+    versions = Versions(**(opts.get("versions") or {}))
+    if launcher.container_image and versions.container == "unknown":
+        versions = versions.model_copy(update={"container": launcher.container_image})
+    env = cand.launch.get("env") if isinstance(cand.launch.get("env"), dict) else {}
+    contract = Contract(
+        model=str(req["model"]),
+        hardware=Hardware(system=system.name, gpu_type=system.gpu.name, gpus=gpus, gpus_per_node=system.gpus_per_node,
+                          nodes=max(1, -(-gpus // system.gpus_per_node)), nvlink_domain=system.nvlink_domain),
+        versions=versions, launcher=launcher,
+        semantics=Semantics(label=label, data=data, routing=routing, reasons=reasons),
+        precision=precision,
+        shape=Shape(global_batch_size=int(req["global_batch_size"]), micro_batch_size=cand.mbs,
+                    seq_length=int(req["seq_length"])),
+        layout=ContractLayout(tp=tp, pp=pp, vpp=lay.get("vpp"), cp=cp, ep=ep, etp=etp, dp=gpus // (tp * cp * pp),
+                              edp=gpus // (etp_eff * ep * pp), pipeline_layout=lay.get("pipeline_layout")),
+        features=feats, env={str(k): str(v) for k, v in env.items()},
+        screen=screen_window(opts.get("screen_warmup", 2), opts.get("screen_iters", 10)),
+        validate=validate_window(opts.get("validate_steps", 50)),
+        dry_run_replay=bool(opts.get("replay")),
+    )
+    info = _model_info(str(req["model"]))
+    info["arch"] = system.gpu.arch
+    return contract, info
+
+
+def read_replay_map(path: Path) -> list[tuple[str, dict[str, str]]]:
+    """REPLAY.yaml -> [(pattern, {log, trace})]; every named file must exist."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (expected the --dry-run-replay map)") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict) or not data:
+        raise InputError(f"{path}: expected a mapping of run-name patterns to {{log: PATH, trace: PATH}}")
+    out = []
+    for pat, spec in data.items():
+        if isinstance(spec, str):
+            spec = {"log": spec}
+        if not isinstance(spec, dict) or not (spec.keys() <= {"log", "trace"}):
+            raise InputError(f"{path}: entry {pat!r}: expected {{log: PATH, trace: PATH}}")
+        res = {}
+        for k, v in spec.items():
+            if v is None:
+                continue
+            p = Path(str(v))
+            p = p if p.is_absolute() else (path.parent / p)
+            if not p.is_file():
+                raise InputError(f"{path}: entry {pat!r}: {k} {p} does not exist")
+            res[k] = str(p.resolve())
+        out.append((str(pat), res))
+    return out
+
+
+def _replay_for(name: str, mapping: list[tuple[str, dict[str, str]]]) -> dict[str, str]:
+    for pat, spec in mapping:
+        if fnmatch.fnmatchcase(name, pat):
+            return spec
+    raise InputError(f"--dry-run-replay: no entry matches run {name!r} (add a pattern such as '*')")
+
+
+def _dependencies(runs: list[RunSpec]) -> dict[str, tuple[str, list[str]]]:
+    """run -> (afterok|afterany, [runs]): fit gates scale (it must fit); later phases wait for the previous one."""
+    by_phase = {p: [r.name for r in runs if r.phase == p] for p in PHASES}
+    deps: dict[str, tuple[str, list[str]]] = {}
+    prev: list[str] = []
+    for p in PHASES:
+        kind = "afterok" if p == "scale" else "afterany"
+        for r in by_phase[p]:
+            deps[r] = (kind, list(prev))
+        if by_phase[p]:
+            prev = by_phase[p]
+    return deps
+
+
+def _run_manifest(run: RunSpec, contract_sha: str, launch: dict[str, Any], replay: dict[str, str] | None) -> dict:
+    d = asdict(run)
+    d["window"] = run.window.model_dump()
+    d["contract_sha256"] = contract_sha
+    d["launch"] = launch
+    d["replay"] = replay
+    return d
+
+
+def write_run(out: Path, contract: Contract, contract_sha: str, run: RunSpec, replay: dict[str, str] | None,
+              sweep_name: str) -> dict[str, Any]:
+    rdir = out / "runs" / run.name
+    (rdir / "logs").mkdir(parents=True, exist_ok=True)
+    (rdir / "traces").mkdir(parents=True, exist_ok=True)
+    entry, args = entry_and_args(contract, run)
+    env = run_env(contract, run)
+    (rdir / "launch.sh").write_text(render_launch(contract, run))
+    (rdir / "launch.sh").chmod(0o755)
+    (rdir / "run.sbatch").write_text(render_batch(contract, run, sweep_name=sweep_name, run_dir=str(rdir.resolve()),
+                                                  replay=replay))
+    cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
+    (rdir / "command.txt").write_text(f"{cmd} python {entry} {' '.join(shlex.quote(a) for a in args)}\n")
+    launch = {"entry": entry, "args": args, "env": env}
+    if contract.launcher.framework == "megatron-lm":
+        (rdir / "megatron_args.txt").write_text(" ".join(shlex.quote(a) for a in args) + "\n")
+    else:
+        (rdir / "overrides.txt").write_text("\n".join(a for a in args if "=" in a and not a.startswith("-")) + "\n")
+    manifest = _run_manifest(run, contract_sha, launch, replay)
+    (rdir / "run.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return manifest
+
+
+def init_sweep(out: Path, plan: PlanInput, *, candidate: int = 0, opts: dict[str, Any],
+               replay_map: Path | None = None, scale_candidates: int = 3) -> dict[str, Any]:
+    """Create the sweep directory. Refuses a non-empty directory (nothing half written over an old sweep)."""
+    if out.exists() and any(out.iterdir()):
+        raise InputError(f"{out}: directory exists and is not empty (choose a new --out)")
+    if not 0 <= candidate < len(plan.candidates):
+        raise InputError.bad_value("--candidate", candidate, f"0..{len(plan.candidates) - 1}")
+    base = plan.candidates[candidate]
+    mapping = read_replay_map(replay_map) if replay_map else None
+    contract, info = build_contract(plan, base, opts={**opts, "replay": mapping is not None})
+    runs = generate_runs(contract, base, [c for c in plan.candidates if c.index != candidate], info,
+                         scale_candidates=scale_candidates)
+    replays = {r.name: _replay_for(r.name, mapping) for r in runs} if mapping else {}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "contract.yaml").write_text(contract.to_yaml())
+    sha = file_sha256(out / "contract.yaml")
+    name = out.resolve().name
+    manifests = [write_run(out, contract, sha, r, replays.get(r.name), name) for r in runs]
+    deps = _dependencies(runs)
+    sweep = {
+        "name": name, "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": plan.source, "candidate": candidate, "contract_sha256": sha,
+        "dry_run_replay": str(replay_map.resolve()) if replay_map else None,
+        "model_info": info,
+        "plan_candidates": [{"index": c.index, "label": c.label, "layout": c.layout, "mbs": c.mbs,
+                             "features": c.features, "memory": c.memory, "time": c.time} for c in plan.candidates],
+        "runs": [{"name": m["name"], "phase": m["phase"], "variable": m["variable"], "reference": m["reference"],
+                  "dir": f"runs/{m['name']}", "depends": {"type": deps[m["name"]][0], "on": deps[m["name"]][1]}}
+                 for m in manifests],
+    }
+    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+    return sweep
+
+
+def load_sweep(d: Path) -> tuple[dict[str, Any], Contract]:
+    if not (d / "sweep.yaml").is_file():
+        raise InputError(f"{d}: not a sweep directory (no sweep.yaml; create one with `moetune sweep init`)")
+    try:
+        sweep = yaml.safe_load((d / "sweep.yaml").read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"{d / 'sweep.yaml'}: not valid YAML ({exc})") from None
+    return sweep, load_contract(d / "contract.yaml")
+
+
+def load_run(d: Path, name: str) -> dict[str, Any]:
+    p = d / "runs" / name / "run.yaml"
+    if not p.is_file():
+        raise InputError(f"{p}: missing run manifest")
+    return yaml.safe_load(p.read_text())
