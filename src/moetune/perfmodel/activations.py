@@ -1,0 +1,285 @@
+"""Activation memory per decoder layer and microbatch, per component, on one rank.
+
+What each component keeps for backward follows the tensors Megatron-Core / Transformer Engine save
+(``ctx.save_for_backward``), generalising Korthikanti et al. (arXiv 2205.05198, Table 2: 34·sbh + 5·a·s²·b per
+layer without parallelism) to GQA, MLA, MoE and hybrid mixers (docs/domain.md §3.2):
+
+* norms (``TENorm`` / fused ``LayerNormLinear``): the norm input (the residual stream) and the normalised output
+  (saved as the next linear's input); ``layernorm`` recompute drops the output.
+* GQA attention: Q, K, V as saved by flash/fused attention (TE ``FusedAttention`` / flash-attn) plus an FP32
+  log-sum-exp per head; the output O (input of ``linear_proj``). Unfused attention
+  (``--attention-backend unfused`` or ``--transformer-impl local``; megatron/core/transformer/dot_product_attention.py)
+  keeps the softmax output a·s² per microbatch (BF16), plus dropout mask and output when attention dropout > 0
+  (Korthikanti's 5·a·s²·b).
+* MLA (megatron/core/transformer/multi_latent_attention.py): down-projected latents (pre-norm, sequence-sharded) and
+  normalised latents (gathered, up-projection inputs), the up-projected Q/K/V (``mla_up_proj`` recompute drops them).
+* Dense MLP (megatron/core/transformer/mlp.py): FC1 output (2f with GLU) saved by the fused bias-activation, the
+  activation output (FC2 input).
+* MoE (megatron/core/transformer/moe/{router,token_dispatcher,experts}.py): FP32 router logits/probs; the permuted
+  token copies k·T·ETP·ρ saved as grouped-FC1 input; FC1 output and activation output per copy at width f/ETP; the
+  routing probabilities are applied inside the activation (current MCore), so the FC2 output is not kept.
+* Shared experts (shared_experts.py): as a dense MLP of width f_sh.
+* Hidden dropout (bias-dropout-add): a 1-byte mask per element when ``hidden_dropout`` > 0.
+
+Scaling (Megatron-Core): tokens per rank T = s·b/CP; norm/residual regions are split over TP with sequence
+parallelism; TP-split projections hold 1/TP of the heads / width; experts process k·T_sp·ETP·ρ token copies (ρ: the
+hottest expert rank's load over the mean, 1 under force-balanced routing, capped by the capacity factor). FP8
+recipes store linear-layer inputs at 1 byte (TE saves the FP8 cast for wgrad).
+
+All functions take plain hashable arguments and are cached (the planner calls them for thousands of layouts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from moetune.catalog.memory_constants import const
+from moetune.spec.model import ModelArch
+
+#: selective recompute modules (MCore ``--recompute-modules``)
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj")
+#: fine-grained activation offloading modules (MCore ``--offload-modules``)
+OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act",
+                   "fused_group_mlp")
+
+#: which saved-tensor components each offload module moves to host memory
+_OFFLOAD_TARGETS: dict[str, tuple[str, ...]] = {
+    "attn_norm": ("attn_norm_in",),
+    "qkv_linear": ("attn_norm_out",),
+    "core_attn": ("attn_qkv", "mla_up_proj", "core_attn"),
+    "attn_proj": ("attn_proj_in",),
+    "mlp_norm": ("mlp_norm_in",),
+    "expert_fc1": ("moe_dispatched",),
+    "moe_act": ("moe_fc1_out",),
+    "fused_group_mlp": ("moe_dispatched", "moe_fc1_out", "moe_act"),
+}
+
+#: which components each selective recompute module drops (the module's input stays saved)
+_RECOMPUTE_TARGETS: dict[str, tuple[str, ...]] = {
+    "core_attn": ("core_attn",),
+    "layernorm": ("attn_norm_out", "mlp_norm_out"),
+    "mla_up_proj": ("mla_up_proj",),
+    "mlp": ("mlp",),
+    "moe_act": ("moe_act",),
+    "moe": ("router", "moe_dispatched", "moe_fc1_out", "moe_act", "shared_experts"),
+    "shared_experts": ("shared_experts",),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ActConfig:
+    """Everything besides the model that sets per-layer activation bytes (hashable cache key)."""
+
+    seq: int
+    mbs: int
+    tp: int
+    cp: int
+    etp: int
+    sp: bool
+    fp8: bool
+    unfused_attention: bool
+    attention_dropout: bool
+    hidden_dropout: bool
+    routing_factor: float  #: ρ: hottest expert rank load / mean (>= 1)
+    recompute: frozenset[str] = frozenset()
+    offload: frozenset[str] = frozenset()
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one microbatch on this CP rank (TP ranks all see them in TP-split regions)."""
+        return self.seq * self.mbs / self.cp
+
+    @property
+    def tokens_sp(self) -> float:
+        """Tokens in sequence-parallel regions (norms, residual, router, dispatcher input)."""
+        return self.tokens / self.tp if (self.sp and self.tp > 1) else self.tokens
+
+
+def _lin_bytes(cfg: ActConfig) -> int:
+    """Bytes per element of a saved linear-layer input (FP8 recipes save the FP8 cast)."""
+    return const("dtype_bytes")["fp8" if cfg.fp8 else "bf16"]
+
+
+def _attention_components(model: ModelArch, mixer: str, cfg: ActConfig) -> dict[str, float]:
+    b16 = const("dtype_bytes")["bf16"]
+    lin = _lin_bytes(cfg)
+    h, tp = model.hidden_size, cfg.tp
+    t, tsp = cfg.tokens, cfg.tokens_sp
+    heads = model.num_attention_heads / tp
+    out: dict[str, float] = {"attn_norm_in": b16 * h * tsp, "attn_norm_out": lin * h * tsp}
+    if mixer in ("A", "W"):
+        if model.multi_latent_attention:
+            r_q = model.q_lora_rank or 0
+            r_kv = model.kv_lora_rank or 0
+            d_rope = model.qk_pos_emb_head_dim or 0
+            d_nope = model.qk_head_dim or 0
+            d_v = model.v_head_dim or 0
+            # pre-norm latents on the sequence shard + normalised (gathered) latents saved by the up-projections
+            out["attn_qkv"] = b16 * (r_q + r_kv + d_rope) * tsp + lin * (r_q + r_kv) * t + b16 * d_rope * t
+            out["mla_up_proj"] = b16 * heads * (2 * (d_nope + d_rope) + d_v) * t
+            o_width = heads * d_v
+        else:
+            d = model.head_dim
+            q = heads * d
+            kv = max(model.query_groups / tp, 1) * d
+            out["attn_qkv"] = b16 * (q + 2 * kv) * t
+            o_width = q
+        if cfg.unfused_attention:
+            # softmax output (BF16) [+ dropout mask (1 B) and dropout output (2 B)] per head per (query, key)
+            keys = min(model.window_size, cfg.seq) if (mixer == "W" and model.window_size) else cfg.seq
+            per = b16 + ((1 + b16) if cfg.attention_dropout else 0)
+            out["core_attn"] = per * heads * keys * t
+        else:
+            out["core_attn"] = const("dtype_bytes")["fp32"] * heads * t  # softmax LSE / stats
+        out["attn_proj_in"] = lin * o_width * t
+    elif mixer == "M":
+        d_in = (model.mamba_num_heads or 0) * (model.mamba_head_dim or 0)
+        g_n = (model.mamba_num_groups or 0) * (model.mamba_state_dim or 0)
+        # in_proj output (z, x, B, C, dt), conv output, SSM output, gated-norm output; all TP-split
+        out["attn_qkv"] = b16 * (2 * d_in + 2 * g_n + (model.mamba_num_heads or 0)) * t / tp
+        out["core_attn"] = b16 * (d_in + 2 * g_n) * t / tp + b16 * d_in * t / tp
+        out["attn_proj_in"] = lin * d_in * t / tp
+    elif mixer == "G":
+        qk = (model.linear_key_head_dim or 0) * (model.linear_num_key_heads or 0)
+        v = (model.linear_value_head_dim or 0) * (model.linear_num_value_heads or 0)
+        out["attn_qkv"] = b16 * (2 * qk + 2 * v) * t / tp
+        out["core_attn"] = b16 * (2 * qk + v) * t / tp + b16 * v * t / tp
+        out["attn_proj_in"] = lin * v * t / tp
+    if cfg.hidden_dropout:
+        out["attn_dropout_mask"] = 1.0 * h * tsp
+    return out
+
+
+def _mlp_components(model: ModelArch, mlp: str, cfg: ActConfig) -> dict[str, float]:
+    b16 = const("dtype_bytes")["bf16"]
+    lin = _lin_bytes(cfg)
+    h, tp = model.hidden_size, cfg.tp
+    t, tsp = cfg.tokens, cfg.tokens_sp
+    glu = 2 if model.gated_linear_unit else 1
+    out: dict[str, float] = {"mlp_norm_in": b16 * h * tsp, "mlp_norm_out": lin * h * tsp}
+    if mlp == "D":
+        f = model.ffn_hidden_size / tp
+        out["mlp"] = b16 * glu * f * t + lin * f * t
+    elif mlp == "E":
+        e, k = model.num_moe_experts or 1, model.moe_router_topk
+        out["router"] = const("router_bytes_per_expert_per_token") * e * tsp
+        width_in = model.moe_latent_size or h
+        copies = k * tsp * cfg.etp * cfg.routing_factor
+        f = (model.moe_ffn_hidden_size or 0) / cfg.etp
+        out["moe_dispatched"] = lin * width_in * copies
+        # FC1 output (saved by the fused weighted activation) + the per-copy FP32 probability it applies
+        out["moe_fc1_out"] = b16 * glu * f * copies + const("dtype_bytes")["fp32"] * copies
+        out["moe_act"] = lin * f * copies
+        if model.moe_latent_size:
+            out["moe_dispatched"] += b16 * h * tsp  # latent down-projection input kept in full width
+        if model.moe_shared_expert_intermediate_size:
+            fs = model.moe_shared_expert_intermediate_size / tp
+            out["shared_experts"] = b16 * glu * fs * t + lin * fs * t
+    if cfg.hidden_dropout:
+        out["mlp_dropout_mask"] = 1.0 * h * tsp
+    return out
+
+
+@lru_cache(maxsize=4096)
+def layer_components(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> tuple[tuple[str, float], ...]:
+    """Saved-for-backward bytes of one decoder layer for one microbatch on one rank, per component.
+
+    Selective recompute removes the components its module recomputes; fine-grained offloading removes those moved to
+    host memory (the few resident layers are added by the caller as a working-set term).
+    """
+    comps: dict[str, float] = {}
+    if mixer != "_":
+        comps.update(_attention_components(model, mixer, cfg))
+    if mlp != "_":
+        comps.update(_mlp_components(model, mlp, cfg))
+    for mod in cfg.recompute:
+        for name in _RECOMPUTE_TARGETS.get(mod, ()):
+            comps.pop(name, None)
+    for mod in cfg.offload:
+        for name in _OFFLOAD_TARGETS.get(mod, ()):
+            comps.pop(name, None)
+    return tuple(sorted(comps.items()))
+
+
+@lru_cache(maxsize=4096)
+def layer_offloaded_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
+    """Bytes of one layer/microbatch that fine-grained offloading moves to the host (0 without offloading)."""
+    if not cfg.offload:
+        return 0.0
+    full = dict(layer_components(model, mixer, mlp, ActConfig(**{**_asdict(cfg), "offload": frozenset()})))
+    kept = dict(layer_components(model, mixer, mlp, cfg))
+    return sum(full.values()) - sum(kept.values())
+
+
+@lru_cache(maxsize=4096)
+def layer_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
+    """Total saved bytes of one layer for one microbatch (sum of :func:`layer_components`)."""
+    return float(sum(v for _, v in layer_components(model, mixer, mlp, cfg)))
+
+
+@lru_cache(maxsize=4096)
+def layer_transient_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
+    """Extra bytes alive while one layer runs its backward (or forward) on top of what is saved.
+
+    ``backward_transient_factor`` (catalog/memory.yaml) copies of the layer's largest saved tensor: the gradient of
+    that tensor and of its input coexist with it (dP/dS for unfused attention, dFC1-out/dX for an MLP). Components
+    dropped by recompute are rebuilt during backward, so the full (no-recompute) layer sets the size.
+    """
+    plain = ActConfig(**{**_asdict(cfg), "recompute": frozenset(), "offload": frozenset()})
+    comps = dict(layer_components(model, mixer, mlp, plain))
+    if not comps:
+        return 0.0
+    return const("backward_transient_factor") * max(comps.values())
+
+
+@lru_cache(maxsize=4096)
+def layer_recompute_extra_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
+    """Bytes a recomputed layer rebuilds during its backward (full layer minus what selective recompute kept)."""
+    plain = ActConfig(**{**_asdict(cfg), "recompute": frozenset(), "offload": frozenset()})
+    return layer_bytes(model, mixer, mlp, plain) - layer_bytes(model, mixer, mlp, cfg)
+
+
+def layer_input_bytes(model: ModelArch, cfg: ActConfig) -> float:
+    """The layer input (residual stream, BF16, sequence-sharded): what full recompute keeps per layer/group."""
+    return const("dtype_bytes")["bf16"] * model.hidden_size * cfg.tokens_sp
+
+
+def embedding_stage_bytes(model: ModelArch, cfg: ActConfig) -> float:
+    """First stage extras per microbatch: input tensors (ids, labels, masks) and the embedding-dropout mask."""
+    b = const("input_tensors_bytes_per_token") * cfg.seq * cfg.mbs / cfg.cp
+    if cfg.hidden_dropout:
+        b += 1.0 * model.hidden_size * cfg.tokens_sp
+    return b
+
+
+def loss_stage_bytes(model: ModelArch, cfg: ActConfig, padded_vocab: int) -> tuple[float, float]:
+    """(saved, transient) bytes of final norm + output layer + cross entropy for one microbatch.
+
+    Saved: final-norm input and output (the output layer's input, sequence-sharded) and the FP32 softmax of the
+    vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py); input tensors (labels, masks).
+    Transient: the BF16 logits while the FP32 copy exists (forward) / the BF16 gradient (backward).
+    """
+    b16 = const("dtype_bytes")["bf16"]
+    v_local = padded_vocab / cfg.tp
+    saved = b16 * model.hidden_size * cfg.tokens_sp * 2
+    saved += const("loss_logits_bytes_retained") * v_local * cfg.tokens
+    saved += const("input_tensors_bytes_per_token") * cfg.seq * cfg.mbs / cfg.cp
+    transient = const("loss_logits_bytes_transient") * v_local * cfg.tokens
+    return saved, transient
+
+
+def mtp_extra_bytes(model: ModelArch, cfg: ActConfig, padded_vocab: int) -> float:
+    """One MTP depth besides its transformer layer(s): enorm/hnorm inputs and outputs, eh_proj input (2h, gathered
+    for the column-parallel projection), its final norm and its own logits/loss
+    (megatron/core/transformer/multi_token_prediction.py)."""
+    b16 = const("dtype_bytes")["bf16"]
+    h = model.hidden_size
+    norms = 2 * (b16 * h * cfg.tokens_sp * 2)
+    eh = _lin_bytes(cfg) * 2 * h * cfg.tokens_sp
+    saved, _ = loss_stage_bytes(model, cfg, padded_vocab)
+    return norms + eh + saved
+
+
+def _asdict(cfg: ActConfig) -> dict:
+    return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}

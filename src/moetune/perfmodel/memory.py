@@ -1,0 +1,541 @@
+"""Per-rank, per-pipeline-stage memory of a training job, as the PyTorch allocator reports it.
+
+Peak allocated on a PP rank = model state (parameters, main gradients, optimizer state; Megatron-Core
+``DistributedDataParallel`` buffers and ``DistributedOptimizer`` shards) + activations of the microbatches in flight
+on that rank under the 1F1B / interleaved schedule (megatron/core/pipeline_parallel/schedules.py) + the working set of
+the layer being processed + library workspaces (:mod:`moetune.perfmodel.runtime_tail`). Reserved adds allocator
+fragmentation and CUDA-graph pools; device memory adds what lives outside PyTorch (context, NCCL, DeepEP).
+
+Model state (docs/domain.md §3.1; Megatron-LM megatron/training/theoretical_memory_usage.py for the plain case):
+bytes/param = weight (2, or 1 for FP8 params) + main grad (4, or 2 with BF16 main grads) + optimizer (FP32 master 4
++ Adam m, v 4+4; BF16 moments with the precision-aware optimizer) / S, where S = DP·CP / instances for dense
+parameters and EDP / instances for expert parameters with the distributed optimizer, 1 without. Megatron-FSDP
+``optim_grads_params`` also shards weights and grads. Optimizer CPU offload keeps (1 − f) of the optimizer state.
+
+Fast path: everything per model and layer is cached (functools) on hashable keys; :func:`estimate_memory` builds only
+dataclasses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from moetune.catalog.memory_constants import const
+from moetune.perfmodel import activations as act
+from moetune.perfmodel.params import (
+    LayerParams,
+    embedding_params,
+    final_norm_params,
+    layer_params,
+    mtp_block_layers,
+    mtp_block_params,
+    mtp_extra_params,
+)
+from moetune.perfmodel.runtime_tail import GIB, runtime_tail
+from moetune.spec.job import Job
+from moetune.spec.model import ModelArch
+from moetune.spec.pipeline import PipelineRank, pipeline_stages
+
+FP8_PRECISIONS = frozenset({"fp8_delayed", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4"})
+
+
+# --------------------------------------------------------------------------------------------------------------
+# result types (dataclasses: cheap to build for the planner)
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ChunkMemory:
+    """One virtual pipeline chunk of a rank: its layers and per-microbatch activation bytes."""
+
+    vchunk: int
+    layers: tuple[int, ...]
+    embedding: bool
+    loss: bool
+    mtp_layers: int
+    params: float  #: parameters held by this rank for the chunk
+    activation_gib_per_microbatch: float
+    in_flight_at_peak: int
+
+
+@dataclass(slots=True)
+class StageMemory:
+    """One pipeline-parallel rank (all its virtual chunks)."""
+
+    pp_rank: int
+    peak_allocated_gib: float
+    reserved_gib: float
+    device_gib: float  #: reserved + memory outside PyTorch (what nvidia-smi shows)
+    components: dict[str, float]  #: name -> GiB (allocated components, then reserved/non-torch tail items)
+    chunks: list[ChunkMemory] = field(default_factory=list)
+    binding: bool = False
+
+
+@dataclass(slots=True)
+class MemoryEstimate:
+    stages: list[StageMemory]
+    peak_allocated_gib: float
+    last_stage_peak_allocated_gib: float
+    binding_stage: int
+    capacity_gib: float
+    headroom_gib: float
+    fits: bool
+    headroom_policy: str
+    assumptions: list[str]
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Suggestion:
+    action: str  #: "expandable_segments" | "recompute" | "layout" | "offload"
+    detail: str
+    frees_gib: float
+    cost: str
+
+
+# --------------------------------------------------------------------------------------------------------------
+# model state
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StateBytes:
+    """Bytes per parameter for weight / grad / optimizer and the shard divisor of each."""
+
+    weight: float
+    grad: float
+    optimizer: float
+
+
+def state_bytes(job: Job) -> StateBytes:
+    """Bytes per parameter before sharding (docs/domain.md §3.1 table)."""
+    f = job.features
+    db = const("dtype_bytes")
+    weight = db["fp8"] if (f.fp8_param_gather and f.precision in FP8_PRECISIONS) else db["bf16"]
+    grad = db["fp32"] if f.main_grads_dtype == "fp32" else db["bf16"]
+    master = db["fp32"] if f.main_params_dtype == "fp32" else db["fp16"]
+    if f.use_precision_aware_optimizer:
+        moments = db[f.exp_avg_dtype] + db[f.exp_avg_sq_dtype]
+    else:
+        moments = 2 * db["fp32"]
+    opt = (master + moments) * (1.0 - (f.optimizer_offload_fraction if f.optimizer_cpu_offload else 0.0))
+    return StateBytes(weight, grad, opt)
+
+
+def shard_sizes(job: Job) -> tuple[int, int]:
+    """(dense, expert) distributed-optimizer shard sizes: DP·CP and EDP, divided by the optimizer instances
+    (Megatron-Core distributed/ DistributedOptimizer over the data-parallel-with-CP / expert-data-parallel groups)."""
+    lay = job.layout
+    inst = max(1, job.features.num_distributed_optimizer_instances)
+    dense = max(1, lay.dp(job.gpus) * lay.cp // inst)
+    expert = max(1, lay.edp(job.gpus) // inst)
+    return dense, expert
+
+
+@lru_cache(maxsize=4096)
+def _params_of_type(model: ModelArch, mixer: str, mlp: str) -> LayerParams:
+    """Parameters of a decoder layer with this (mixer, mlp) type (from helper A's :func:`layer_params`)."""
+    for i, (a, b) in enumerate(zip(model.mixer_pattern, model.mlp_pattern, strict=True)):
+        if a == mixer and b == mlp:
+            return layer_params(model, i)
+    raise KeyError(f"{model.name}: no decoder layer of type {mixer}{mlp}")
+
+
+def _split(lp: LayerParams, tp: int, ep: int, etp: int) -> tuple[float, float, float]:
+    tp_split = lp.attention + lp.mixer + lp.dense_mlp + lp.shared_experts + lp.moe_latent_proj
+    dense = tp_split / tp + lp.norms + lp.router
+    expert = lp.routed_experts / (ep * etp)
+    return dense, expert, tp_split / tp + expert
+
+
+@lru_cache(maxsize=8192)
+def _layer_split(model: ModelArch, mixer: str, mlp: str, tp: int, ep: int, etp: int) -> tuple[float, float, float]:
+    """(dense, expert, fp8-castable linear) params of one layer held by one rank: TP-split weights / TP, replicated
+    norms and router, routed experts / (EP·ETP)."""
+    return _split(_params_of_type(model, mixer, mlp), tp, ep, etp)
+
+
+@lru_cache(maxsize=4096)
+def _mtp_split(model: ModelArch, tp: int, ep: int, etp: int) -> tuple[float, float, float]:
+    dense, expert, lin = _split(mtp_block_params(model), tp, ep, etp)
+    h = model.hidden_size
+    extra = mtp_extra_params(model)
+    dense += (extra - 2 * h * h) + 2 * h * h / tp  # eh_proj column-parallel, norms replicated
+    return dense, expert, lin + 2 * h * h / tp
+
+
+@lru_cache(maxsize=2048)
+def _stages(model: ModelArch, layout) -> tuple[PipelineRank, ...]:
+    return tuple(pipeline_stages(model, layout))
+
+
+@lru_cache(maxsize=2048)
+def _vocab_params_per_rank(model: ModelArch, tp: int) -> float:
+    """Embedding (or output layer) rows held by one TP rank: V padded for TP (Megatron _vocab_size_with_padding)."""
+    per_row = embedding_params(model) / model.padded_vocab_size(1)
+    return model.padded_vocab_size(tp) * per_row / tp
+
+
+def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, list[float]]:
+    """(dense, expert, fp8-linear, per-chunk total) params on one PP rank."""
+    m, lay = job.model, job.layout
+    tp, ep, etp = lay.tp, lay.ep, lay.expert_tp
+    dense = expert = lin = 0.0
+    per_chunk: list[float] = []
+    vocab = _vocab_params_per_rank(m, tp)
+    has_emb_anywhere = rank.embedding
+    for ch in rank.chunks:
+        cd = ce = 0.0
+        for i in ch.layers:
+            d, e, li = _layer_split(m, m.mixer_pattern[i], m.mlp_pattern[i], tp, ep, etp)
+            cd, ce, lin = cd + d, ce + e, lin + li
+        if ch.embedding:
+            cd += vocab
+        if ch.loss:
+            cd += final_norm_params(m)
+            # output layer; tied weights still need a copy on the last stage when PP > 1
+            if m.untie_embeddings_and_output_weights or lay.pp > 1 or not has_emb_anywhere:
+                cd += vocab
+        if ch.mtp_layers:
+            copies = 1 if m.mtp_use_repeated_layer else ch.mtp_layers
+            d, e, li = _mtp_split(m, tp, ep, etp)
+            cd, ce, lin = cd + copies * d, ce + copies * e, lin + copies * li
+            if not has_emb_anywhere and m.untie_embeddings_and_output_weights:
+                cd += vocab  # MTP embeds the shifted tokens: the last stage keeps an embedding copy
+                has_emb_anywhere = True
+        dense, expert = dense + cd, expert + ce
+        per_chunk.append(cd + ce)
+    return dense, expert, lin, per_chunk
+
+
+def _model_state(job: Job, dense: float, expert: float, lin: float, largest_layer: float) -> dict[str, float]:
+    """Bytes of weights, grads, optimizer state (and FP8 weight caches / FSDP buffers) on one rank."""
+    f = job.features
+    sb = state_bytes(job)
+    s_dense, s_exp = shard_sizes(job)
+    out: dict[str, float] = {}
+    if f.use_megatron_fsdp:
+        strat = f.data_parallel_sharding_strategy
+        w_div = (s_dense, s_exp) if strat == "optim_grads_params" else (1, 1)
+        g_div = (s_dense, s_exp) if strat in ("optim_grads", "optim_grads_params") else (1, 1)
+        o_div = (s_dense, s_exp) if strat != "no_shard" else (1, 1)
+        out["weights"] = sb.weight * (dense / w_div[0] + expert / w_div[1])
+        out["main_grads"] = sb.grad * (dense / g_div[0] + expert / g_div[1])
+        out["optimizer_state"] = sb.optimizer * (dense / o_div[0] + expert / o_div[1])
+        if strat == "optim_grads_params":
+            # all-gathered params of the current + prefetched module and the unsharded grads being reduced
+            out["fsdp_unsharded_buffers"] = 2 * sb.weight * largest_layer + sb.grad * largest_layer
+    else:
+        out["weights"] = sb.weight * (dense + expert)
+        out["main_grads"] = sb.grad * (dense + expert)
+        if f.use_distributed_optimizer:
+            out["optimizer_state"] = sb.optimizer * (dense / s_dense + expert / s_exp)
+        else:
+            out["optimizer_state"] = sb.optimizer * (dense + expert)
+    if f.precision in FP8_PRECISIONS and not f.fp8_param_gather:
+        out["fp8_weight_cache"] = const("fp8_weight_cache_bytes_per_param")[job.system.gpu.arch] * lin
+    return out
+
+
+def weight_and_optimizer_bytes(job: Job) -> list[float]:
+    """Weights + grads + optimizer state per PP rank (bytes) — the quantity Megatron-LM prints as
+    "Theoretical memory footprints: weight and optimizer" (for its most loaded shard)."""
+    out = []
+    for rank in _stages(job.model, job.layout):
+        d, e, li, _ = _rank_params(job, rank)
+        ms = _model_state(job, d, e, li, 0.0)
+        out.append(ms["weights"] + ms["main_grads"] + ms["optimizer_state"])
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# activations and the pipeline schedule
+# --------------------------------------------------------------------------------------------------------------
+
+
+def routing_factor(job: Job) -> float:
+    """ρ = hottest expert rank's token load / mean load (docs/domain.md §3.3)."""
+    f = job.features
+    if f.moe_router_force_load_balancing:
+        return 1.0
+    rho = f.moe_routing_imbalance
+    c = f.moe_expert_capacity_factor
+    if c is not None:
+        return c if f.moe_pad_expert_input_to_capacity else min(rho, c)
+    return rho
+
+
+def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
+    f, lay = job.features, job.layout
+    unfused = f.attention_backend in ("unfused", "local") or f.transformer_impl == "local"
+    rec = frozenset(f.recompute_modules) if f.recompute_granularity == "selective" else frozenset()
+    if f.recompute_granularity == "selective" and not f.recompute_modules:
+        rec = frozenset({"core_attn"})  # MCore default module list
+    off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
+    return act.ActConfig(
+        seq=job.seq_length, mbs=job.micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
+        sp=bool(f.sequence_parallel and lay.tp > 1), fp8=f.precision in FP8_PRECISIONS,
+        unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
+        routing_factor=routing_factor(job), recompute=rec if recompute is None else recompute, offload=off,
+    )
+
+
+@lru_cache(maxsize=4096)
+def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
+    """Microbatches in flight per virtual chunk, after each forward of the schedule (the candidate peak points).
+
+    Megatron-Core schedules.py: non-interleaved 1F1B runs ``pp - rank - 1`` warm-up forwards, then one-forward-one-
+    backward; interleaved runs ``(pp - rank - 1)·2 + (vpp - 1)·pp`` warm-up forwards; the forward chunk of virtual
+    microbatch k is ``(k mod pp·vpp) // pp`` and the backward chunk is ``vpp - 1 -`` that. The steady state is periodic
+    with period pp·vpp, so two periods past the warm-up suffice.
+    """
+    if pp == 1:
+        return ((1,) * vpp,) if vpp > 1 else ((1,),)
+    if vpp == 1:
+        return ((min(pp - rank, m),),)
+    total = m * vpp
+    warm = min((pp - rank - 1) * 2 + (vpp - 1) * pp, total)
+    counts = [0] * vpp
+    states: set[tuple[int, ...]] = set()
+    kf = kb = 0
+    horizon = min(total, warm + 2 * pp * vpp + 1)
+    while kf < horizon:
+        counts[(kf % (pp * vpp)) // pp] += 1
+        kf += 1
+        states.add(tuple(counts))
+        if kf > warm and kb < total:
+            counts[vpp - 1 - (kb % (pp * vpp)) // pp] -= 1
+            kb += 1
+    return tuple(sorted(states))
+
+
+def _chunk_activation(job: Job, cfg: act.ActConfig, ch, vocab_padded: int) -> tuple[float, float, float]:
+    """(saved bytes per microbatch, transient bytes, offload-resident bytes) of one chunk."""
+    m, f = job.model, job.features
+    layers = [(m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers]
+    mtp_layers = mtp_block_layers(m) * ch.mtp_layers if ch.mtp_layers else []
+    saved = 0.0
+    transient = 0.0
+    offl = 0.0
+    full = f.recompute_granularity == "full"
+    n_rec = f.recompute_num_layers or 1
+    inp = act.layer_input_bytes(m, cfg)
+    if full and layers:
+        if f.recompute_method == "block":
+            rec, keep = layers[:n_rec], layers[n_rec:]
+            saved += inp * len(rec)
+        else:  # uniform (MCore default method for full)
+            groups = -(-len(layers) // n_rec)
+            rec, keep = layers, []
+            saved += inp * groups
+        for mx, ml in rec:
+            transient = max(transient, act.layer_bytes(m, mx, ml, cfg) * min(n_rec, len(rec)))
+    else:
+        keep = layers
+    cpu_n = f.cpu_offloading_num_layers if f.cpu_offloading else 0
+    for idx, (mx, ml) in enumerate(keep + mtp_layers):
+        b = act.layer_bytes(m, mx, ml, cfg)
+        if cpu_n and idx < cpu_n and idx < len(keep) - 1:
+            offl = max(offl, b)
+        else:
+            saved += b
+        transient = max(transient, act.layer_transient_bytes(m, mx, ml, cfg)
+                        + act.layer_recompute_extra_bytes(m, mx, ml, cfg))
+        offl = max(offl, act.layer_offloaded_bytes(m, mx, ml, cfg))
+    if ch.mtp_layers:
+        saved += ch.mtp_layers * act.mtp_extra_bytes(m, cfg, vocab_padded)
+    if ch.embedding:
+        saved += act.embedding_stage_bytes(m, cfg)
+    if ch.loss:
+        s, t = act.loss_stage_bytes(m, cfg, vocab_padded)
+        saved += s
+        transient = max(transient, t)
+    resident = const("fine_grained_offload_resident_layers") * offl if cfg.offload else (offl if cpu_n else 0.0)
+    return saved, transient, resident
+
+
+def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight_total: int) -> float:
+    """Static buffers of TE/local CUDA graphs on this rank: one set per graphed module and in-flight microbatch."""
+    f = job.features
+    if f.cuda_graph_impl == "none" or not f.cuda_graph_scope or "full_iteration" in f.cuda_graph_scope:
+        return 0.0
+    m = job.model
+    per_module = act.layer_input_bytes(m, cfg) * const("cuda_graph_static_io_factor")
+    n = 0
+    for i in rank.layers:
+        mx, ml = m.mixer_pattern[i], m.mlp_pattern[i]
+        if ("attn" in f.cuda_graph_scope and mx in "AW") or ("mamba" in f.cuda_graph_scope and mx in "MG"):
+            n += 1
+        if ("mlp" in f.cuda_graph_scope and ml == "D") or (ml == "E" and {"moe", "moe_router", "moe_preprocess"}
+                                                           & set(f.cuda_graph_scope)):
+            n += 1
+    return per_module * n * max(1, inflight_total)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# public API
+# --------------------------------------------------------------------------------------------------------------
+
+
+def headroom_gib(capacity: float) -> float:
+    h = const("headroom")
+    return max(h["fraction"] * capacity, h["min_gib"])
+
+
+def estimate_memory(job: Job) -> MemoryEstimate:
+    """Per-PP-rank memory (peak allocated, reserved, device) with itemised components and assumptions."""
+    m, lay, f = job.model, job.layout, job.features
+    cfg = act_config(job)
+    stages = _stages(m, lay)
+    vpp = len(stages[0].chunks)
+    nmb = max(1, job.num_microbatches)
+    vocab_padded = m.padded_vocab_size(lay.tp)
+    largest_layer = 0.0
+    if f.use_megatron_fsdp:
+        largest_layer = max(sum(_layer_split(m, a, b, lay.tp, lay.ep, lay.expert_tp)[:2])
+                            for a, b in zip(m.mixer_pattern, m.mlp_pattern, strict=True))
+    out: list[StageMemory] = []
+    for rank in stages:
+        dense, expert, lin, per_chunk_params = _rank_params(job, rank)
+        comps = _model_state(job, dense, expert, lin, largest_layer)
+        chunk_saved, chunk_trans, resident = [], 0.0, 0.0
+        for ch in rank.chunks:
+            s, t, r = _chunk_activation(job, cfg, ch, vocab_padded)
+            chunk_saved.append(s)
+            chunk_trans = max(chunk_trans, t)
+            resident = max(resident, r)
+        best, best_state = -1.0, (1,) * vpp
+        for state in inflight_states(lay.pp, vpp, nmb, rank.pp_rank):
+            tot = sum(c * a for c, a in zip(state, chunk_saved, strict=True))
+            if tot > best:
+                best, best_state = tot, state
+        comps["activations"] = best
+        comps["working_set"] = chunk_trans + resident
+        graphed = _graphed_io_bytes(job, cfg, rank, sum(best_state))
+        alloc_bytes = sum(comps.values())
+        tail = runtime_tail(job, graphed_io_bytes=graphed, activation_peak_bytes=best,
+                            allocated_peak_bytes=alloc_bytes + graphed)
+        comp_gib = {k: v / GIB for k, v in comps.items()}
+        for it in tail.items:
+            comp_gib[it.name] = it.gib
+        peak = alloc_bytes / GIB + tail.total("allocated")
+        reserved = peak + tail.total("reserved")
+        device = reserved + tail.total("non_torch")
+        chunks = [ChunkMemory(ch.vchunk, ch.layers, ch.embedding, ch.loss, ch.mtp_layers, per_chunk_params[j],
+                              chunk_saved[j] / GIB, best_state[j]) for j, ch in enumerate(rank.chunks)]
+        out.append(StageMemory(rank.pp_rank, peak, reserved, device, comp_gib, chunks))
+    binding = max(range(len(out)), key=lambda i: (out[i].device_gib, i))
+    out[binding].binding = True
+    cap = job.system.gpu.hbm_gib
+    head = headroom_gib(cap)
+    fits = out[binding].device_gib <= cap - head
+    policy = (f"fits when reserved + non-PyTorch memory (CUDA context, NCCL, DeepEP) of the binding rank leaves "
+              f">= {head:.1f} GiB free (max({const('headroom')['fraction']:.0%} of HBM, "
+              f"{const('headroom')['min_gib']} GiB))")
+    return MemoryEstimate(
+        stages=out,
+        peak_allocated_gib=max(s.peak_allocated_gib for s in out),
+        last_stage_peak_allocated_gib=out[-1].peak_allocated_gib,
+        binding_stage=binding,
+        capacity_gib=cap,
+        headroom_gib=head,
+        fits=fits,
+        headroom_policy=policy,
+        assumptions=_assumptions(job, cfg),
+    )
+
+
+def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
+    f = job.features
+    a = list(job.assumptions)
+    a.append(f"activations in {'FP8 (linear inputs) + ' if cfg.fp8 else ''}BF16; "
+             f"{'unfused attention keeps a*s^2 softmax per layer' if cfg.unfused_attention else 'flash/fused attention (LSE only)'}")
+    if job.model.is_moe:
+        a.append(f"expert token load factor rho={cfg.routing_factor:g} "
+                 f"({'force-balanced' if f.moe_router_force_load_balancing else 'capacity/imbalance setting'}); "
+                 "routing probs applied in the expert activation (FC2 output not kept)")
+    a.append("distributed optimizer shards: dense over DP*CP, experts over EDP" if f.use_distributed_optimizer
+             else "no distributed optimizer: full optimizer state on every rank")
+    a.append("peak = model state + in-flight microbatch activations at the schedule's worst point + one layer's "
+             "backward working set; NCCL/context/DeepEP are outside torch allocated")
+    return a
+
+
+# --------------------------------------------------------------------------------------------------------------
+# --explain
+# --------------------------------------------------------------------------------------------------------------
+
+
+def explain_memory(job: Job, est: MemoryEstimate | None = None) -> list[Suggestion]:
+    """What would free the most memory next, in the workflow order (docs/domain.md §6.1, S:mem):
+    expandable_segments (when fragmentation is large), selective recompute modules ranked by GiB freed per relative
+    cost, layout changes (more PP / EP), offloading last. Each with the GiB it frees on the binding rank."""
+    est = est or estimate_memory(job)
+    b = est.binding_stage
+    base = est.stages[b]
+    f = job.features
+    out: list[Suggestion] = []
+    frag = base.components.get("fragmentation", 0.0)
+    if not f.expandable_segments and frag > 0:
+        new = estimate_memory(job.with_(features=f.model_copy(update={"expandable_segments": True})))
+        out.append(Suggestion("expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+                              base.device_gib - new.stages[b].device_gib, "free (not with --use-nccl-ub)"))
+    if f.recompute_granularity != "full":
+        costs = const("recompute_relative_cost")
+        have = set(f.recompute_modules) if f.recompute_granularity == "selective" else set()
+        recs = []
+        for mod in act.RECOMPUTE_MODULES:
+            if mod in have:
+                continue
+            if mod == "mla_up_proj" and not job.model.multi_latent_attention:
+                continue
+            if mod in ("moe", "moe_act", "shared_experts") and not job.model.is_moe:
+                continue
+            if mod == "shared_experts" and not job.model.moe_shared_expert_intermediate_size:
+                continue
+            feat = f.model_copy(update={"recompute_granularity": "selective",
+                                        "recompute_modules": tuple(sorted(have | {mod}))})
+            new = estimate_memory(job.with_(features=feat))
+            freed = base.device_gib - new.stages[b].device_gib
+            if freed > 0.01:
+                recs.append((freed / costs.get(mod, 0.5), Suggestion(
+                    "recompute", f"add '{mod}' to recompute_modules", freed,
+                    f"~{costs.get(mod, 0.5):.0%} extra forward compute of the module")))
+        out.extend(s for _, s in sorted(recs, key=lambda x: -x[0]))
+    lay = job.layout
+    for label, change in (("pp", {"pp": lay.pp * 2}), ("ep", {"ep": lay.ep * 2})):
+        if label == "ep" and not job.model.is_moe:
+            continue
+        try:
+            from moetune.spec.validate import validate_job
+
+            j2 = job.with_(layout=lay.model_copy(update=change))
+            validate_job(j2)
+            new = estimate_memory(j2)
+        except Exception:  # noqa: BLE001 - an invalid neighbour layout is simply not suggested
+            continue
+        freed = base.device_gib - max(s.device_gib for s in new.stages)
+        if freed > 0.01:
+            out.append(Suggestion("layout", f"{label.upper()} {getattr(lay, label)} -> {change[label]}", freed,
+                                  "more pipeline bubble" if label == "pp" else "more all-to-all traffic"))
+    if job.model.is_moe and not f.fine_grained_activation_offloading and lay.pp >= 1:
+        feat = f.model_copy(update={"fine_grained_activation_offloading": True,
+                                    "offload_modules": ("expert_fc1", "moe_act")})
+        new = estimate_memory(job.with_(features=feat))
+        freed = base.device_gib - new.stages[b].device_gib
+        if freed > 0.01:
+            out.append(Suggestion("offload", "fine_grained_activation_offloading with offload_modules "
+                                  "[expert_fc1, moe_act]", freed, "~2 % throughput (S:wf), needs host bandwidth"))
+    if f.use_distributed_optimizer and not f.optimizer_cpu_offload:
+        feat = f.model_copy(update={"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0})
+        new = estimate_memory(job.with_(features=feat))
+        freed = base.device_gib - new.stages[b].device_gib
+        if freed > 0.01:
+            out.append(Suggestion("offload", "optimizer_cpu_offload (fraction 1.0)", freed,
+                                  "0.1-0.2 s/iter on DSV3 (S:off); best on GB200 C2C"))
+    return out

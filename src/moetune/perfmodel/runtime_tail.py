@@ -1,0 +1,109 @@
+"""The runtime tail: memory that formula estimators omit (docs/domain.md §3.3), each item with its assumption.
+
+Three kinds, because the PyTorch allocator reports them differently:
+
+* **allocated** (counted in ``torch.cuda.max_memory_allocated``): library workspaces (cuBLAS / TE cuBLASLt), CUDA-graph
+  static input/output buffers.
+* **reserved only** (``memory_reserved`` − allocated): allocator fragmentation (smaller with
+  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``), CUDA-graph private pools of full-iteration graphs.
+* **outside PyTorch** (only in ``nvidia-smi``): CUDA context and kernels, NCCL communicator buffers (one set per
+  process group the layout creates; Megatron-Core ``parallel_state.initialize_model_parallel``), DeepEP / HybridEP
+  dispatcher buffers (``cudaMalloc`` in the dispatcher init, megatron/core/transformer/moe/fused_a2a.py).
+
+Constants come from ``catalog/memory.yaml`` with their sources.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from moetune.catalog.memory_constants import const
+from moetune.spec.job import Job
+
+GIB = float(1 << 30)
+MIB = float(1 << 20)
+
+
+@dataclass(slots=True)
+class TailItem:
+    name: str
+    gib: float
+    kind: str  #: "allocated" | "reserved" | "non_torch"
+    assumption: str
+
+
+@dataclass(slots=True)
+class RuntimeTail:
+    items: list[TailItem] = field(default_factory=list)
+
+    def total(self, kind: str) -> float:
+        return sum(i.gib for i in self.items if i.kind == kind)
+
+    def add(self, name: str, gib: float, kind: str, assumption: str) -> None:
+        if gib > 0:
+            self.items.append(TailItem(name, gib, kind, assumption))
+
+
+def communicators(job: Job) -> dict[str, int]:
+    """Process groups with more than one rank that one rank joins, with their sizes (Megatron-Core
+    ``initialize_model_parallel``: tp, pp, dp(-cp), cp, ep, etp, edp, tp-ep for expert dispatch, embedding group)."""
+    lay = job.layout
+    w = job.gpus
+    dp, edp = lay.dp(w), lay.edp(w)
+    etp = lay.expert_tp
+    groups = {
+        "tp": lay.tp,
+        "cp": lay.cp,
+        "dp_cp": dp * lay.cp,
+        "ep": lay.ep,
+        "etp": etp,
+        "edp": edp,
+        "tp_ep": etp * lay.ep if lay.ep > 1 else 1,
+        "pp": lay.pp,
+        "embedding": 2 if lay.pp > 1 else 1,
+    }
+    if lay.cp > 1 and dp > 1:
+        groups["dp"] = dp
+    inst = job.features.num_distributed_optimizer_instances
+    if inst > 1:
+        groups["inter_dist_opt"] = inst
+    return {k: v for k, v in groups.items() if v > 1}
+
+
+def runtime_tail(job: Job, *, graphed_io_bytes: float, activation_peak_bytes: float,
+                 allocated_peak_bytes: float) -> RuntimeTail:
+    """All tail items for one rank. ``graphed_io_bytes``: static I/O of CUDA-graphed modules (computed by the caller
+    from the layers the scope covers); ``activation_peak_bytes`` / ``allocated_peak_bytes`` size the full-iteration
+    graph pool and the fragmentation."""
+    f = job.features
+    tail = RuntimeTail()
+    tail.add("library_workspaces", const("library_workspaces_gib"), "allocated",
+             "cuBLAS + TE cuBLASLt workspaces and small persistent buffers (catalog library_workspaces_gib)")
+    if f.cuda_graph_impl != "none" and f.cuda_graph_scope:
+        tail.add("cuda_graph_static_io", graphed_io_bytes / GIB, "allocated",
+                 f"CUDA graphs ({f.cuda_graph_impl}, scope {','.join(f.cuda_graph_scope)}): static input/output/grad "
+                 "buffers per captured module and microbatch")
+        if "full_iteration" in f.cuda_graph_scope:
+            tail.add("cuda_graph_pool", (const("cuda_graph_full_iteration_factor") - 1.0) * activation_peak_bytes
+                     / GIB, "reserved", "full-iteration CUDA graph private pool: 1.5x the activation peak (S:cg)")
+    frac = const("fragmentation_fraction")["expandable_segments" if f.expandable_segments else "default"]
+    tail.add("fragmentation", frac * allocated_peak_bytes / GIB, "reserved",
+             f"allocator fragmentation {frac:.0%} of the allocated peak "
+             f"({'with' if f.expandable_segments else 'without'} expandable_segments)")
+    tail.add("cuda_context", const("cuda_context_gib"), "non_torch", "CUDA context + kernel images (not in torch stats)")
+    comms = communicators(job)
+    nccl = len(comms) * const("nccl_mib_per_communicator") * MIB / GIB
+    tail.add("nccl_buffers", nccl, "non_torch",
+             f"NCCL buffers for {len(comms)} communicators ({', '.join(f'{k}={v}' for k, v in comms.items())}), "
+             f"{const('nccl_mib_per_communicator')} MiB each")
+    if f.moe_token_dispatcher_type == "flex" and job.model.is_moe and job.layout.ep > 1:
+        ep_span = job.layout.ep * job.layout.expert_tp
+        internode = ep_span > job.system.nvlink_domain
+        if (f.moe_flex_dispatcher_backend or "deepep") == "hybridep":
+            tail.add("hybridep_buffers", const("hybridep_buffer_gib"), "non_torch",
+                     "HybridEP dispatch/combine buffers (catalog hybridep_buffer_gib)")
+        else:
+            gib = const("deepep_buffer_gib")["internode" if internode else "intranode"]
+            tail.add("deepep_buffers", gib, "non_torch",
+                     f"DeepEP NVL{' + RDMA' if internode else ''} buffers (catalog deepep_buffer_gib)")
+    return tail
