@@ -64,8 +64,9 @@ def test_components_sum_to_total():
 
 # Published totals that are marketing roundings of the exact count (the exact architecture is the HF config):
 # GLM-4.5 "355B" (352.8B main + 4.0B MTP), GLM-4.5-Air "106B" (106.85B), Kimi-K2 "1.04T" (1.026T, HF config),
-# Llama-4-Scout "109B" (includes the vision tower; text model 107.8B). These are checked to 1.5 %.
-ROUNDED_PUBLISHED = {"GLM-4.5", "GLM-4.5-Air", "Kimi-K2", "Llama-4-Scout"}
+# Llama-4-Scout "109B" (includes the vision tower; text model 107.8B), Nemotron-3-Super "120B" (120.67B main model;
+# exact checkpoint total checked below). These are checked to 1.5 %.
+ROUNDED_PUBLISHED = {"GLM-4.5", "GLM-4.5-Air", "Kimi-K2", "Llama-4-Scout", "Nemotron-3-Super"}
 
 
 def test_published_totals_within_half_percent():
@@ -109,3 +110,13 @@ def test_tied_embedding_counted_once():
     untied = ModelArch(name="u", **kw)
     assert output_params(tied) == 0
     assert count_params(untied).total - count_params(tied).total == embedding_params(tied) == 1024 * 64
+
+
+def test_nemotron_3_super_matches_checkpoint_headers():
+    """HF safetensors headers of NVIDIA-Nemotron-3-Super-120B-A12B-BF16: 123,611,012,096 BF16 weights of which MTP
+    2,942,324,736; the F32 e_score_correction_bias buffers (512 per MoE layer, 40 + 1 MTP) come on top."""
+    m = get_model("Nemotron_3_Super")
+    c = count_params(m)
+    bias = 512 * (m.num_moe_layers + 1)
+    assert c.total - bias == 123_611_012_096
+    assert c.by_component["mtp"] - 512 == 2_942_324_736
