@@ -9,8 +9,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-import click
 import typer
+
+try:  # typer >= 0.22 vendors click as typer._click; its exceptions are not the classes of the `click` package
+    from typer import _click as click
+except ImportError:  # pragma: no cover - older typer uses the click package itself
+    import click
 
 from moetune.errors import MoetuneError, one_line
 from moetune.output import err_console

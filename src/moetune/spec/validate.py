@@ -29,7 +29,7 @@ from math import lcm
 from typing import TYPE_CHECKING
 
 from moetune.errors import LayoutError
-from moetune.spec.pipeline import _stage_strings
+from moetune.spec.pipeline import _stage_strings, layout_vpp
 
 if TYPE_CHECKING:
     from moetune.spec.job import Job
@@ -45,6 +45,63 @@ def min_world_size(layout: Layout) -> int:
 def min_world_size_of(tp: int, cp: int, pp: int, ep: int, etp: int) -> int:
     """:func:`min_world_size` on plain ints (ETP already resolved)."""
     return pp * lcm(tp * cp, etp * ep)
+
+
+def _world_violation(tp: int, cp: int, pp: int, ep: int, etp: int, w: int) -> str | None:
+    """PAR-001 / PAR-002 on plain ints."""
+    if w <= 0:
+        return f"gpus={w}: expected a positive world size"
+    mp = tp * cp * pp
+    if w % mp:
+        return (
+            f"world size {w} is not divisible by TP*CP*PP = {tp}*{cp}*{pp} = {mp} (PAR-001);"
+            f" minimum world size is PP*lcm(TP*CP, ETP*EP) = {min_world_size_of(tp, cp, pp, ep, etp)}"
+        )
+    emp = etp * ep * pp
+    if w % emp:
+        return (
+            f"world size {w} is not divisible by ETP*EP*PP = {etp}*{ep}*{pp} = {emp} (PAR-002);"
+            f" minimum world size is PP*lcm(TP*CP, ETP*EP) = {min_world_size_of(tp, cp, pp, ep, etp)}"
+        )
+    return None
+
+
+def _batch_violation(dp: int, pp: int, vpp: int, gbs: int, mbs: int) -> str | None:
+    """PAR-035 (GBS vs MBS*DP, dense DP) and PAR-037/038 (interleaved schedule vs microbatches)."""
+    if gbs % (mbs * dp):
+        return f"global_batch_size={gbs} is not divisible by micro_batch_size*DP = {mbs}*{dp} = {mbs * dp} (PAR-035)"
+    nmb = gbs // (mbs * dp)
+    if vpp > 1 and pp > 1:
+        if nmb < pp:
+            return f"interleaved pipeline: {nmb} microbatches < PP={pp} (PAR-037)"
+        if nmb % pp:
+            return f"interleaved pipeline: {nmb} microbatches not a multiple of PP={pp} (PAR-038)"
+    return None
+
+
+def layout_violation_without_model(
+    layout: Layout, gpus: int, *, global_batch_size: int | None = None, micro_batch_size: int | None = None
+) -> str | None:
+    """The model-independent subset: world size (PAR-001/002), VPP needs PP > 1 (PAR-006), layout stages % PP
+    (PAR-031) and the batch rules (PAR-035/037/038)."""
+    tp, pp, cp, ep, etp = layout.tp, layout.pp, layout.cp, layout.ep, layout.expert_tp
+    msg = _world_violation(tp, cp, pp, ep, etp, gpus)
+    if msg:
+        return msg
+    if layout.pipeline_layout is not None:
+        try:
+            vpp = layout_vpp(layout.pipeline_layout, pp)
+        except LayoutError as exc:
+            return str(exc)
+        if layout.vpp is not None and layout.vpp != vpp:
+            return f"virtual_pipeline_model_parallel_size={layout.vpp} but the layout gives {vpp} (PAR-031)"
+    else:
+        vpp = layout.vpp or 1
+    if vpp > 1 and pp <= 1:
+        return f"virtual_pipeline_model_parallel_size={vpp} needs pipeline_model_parallel_size > 1 (PAR-006)"
+    if global_batch_size is not None:
+        return _batch_violation(gpus // (tp * cp * pp), pp, vpp, global_batch_size, micro_batch_size or 1)
+    return None
 
 
 def layout_violation(
@@ -64,21 +121,9 @@ def layout_violation(
     tp, pp, cp, ep = layout.tp, layout.pp, layout.cp, layout.ep
     etp = layout.expert_tp
     w = gpus
-    if w <= 0:
-        return f"gpus={w}: expected a positive world size"
-    # --- world size (PAR-001/002) -------------------------------------------------------------------------
-    mp = tp * cp * pp
-    if w % mp:
-        return (
-            f"world size {w} is not divisible by TP*CP*PP = {tp}*{cp}*{pp} = {mp} (PAR-001);"
-            f" minimum world size is PP*lcm(TP*CP, ETP*EP) = {min_world_size_of(tp, cp, pp, ep, etp)}"
-        )
-    emp = etp * ep * pp
-    if w % emp:
-        return (
-            f"world size {w} is not divisible by ETP*EP*PP = {etp}*{ep}*{pp} = {emp} (PAR-002);"
-            f" minimum world size is PP*lcm(TP*CP, ETP*EP) = {min_world_size_of(tp, cp, pp, ep, etp)}"
-        )
+    msg = _world_violation(tp, cp, pp, ep, etp, w)
+    if msg:
+        return msg
     # --- attention heads vs TP / CP -----------------------------------------------------------------------
     heads = model.num_attention_heads
     if heads % tp:
@@ -143,21 +188,8 @@ def layout_violation(
             )
     if sequence_parallel is False and experts and tp > 1:
         return f"MoE with TP={tp} requires sequence_parallel=True (PAR-046)"
-    # --- batch ---------------------------------------------------------------------------------------------
     if global_batch_size is not None:
-        mbs = micro_batch_size or 1
-        dp = w // mp
-        if global_batch_size % (mbs * dp):
-            return (
-                f"global_batch_size={global_batch_size} is not divisible by micro_batch_size*DP = {mbs}*{dp}"
-                f" = {mbs * dp} (PAR-035)"
-            )
-        nmb = global_batch_size // (mbs * dp)
-        if vpp > 1 and pp > 1:
-            if nmb < pp:
-                return f"interleaved pipeline: {nmb} microbatches < PP={pp} (PAR-037)"
-            if nmb % pp:
-                return f"interleaved pipeline: {nmb} microbatches not a multiple of PP={pp} (PAR-038)"
+        return _batch_violation(w // (tp * cp * pp), pp, vpp, global_batch_size, micro_batch_size or 1)
     return None
 
 
