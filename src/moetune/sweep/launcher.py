@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from moetune.sweep.contract import Contract
-from moetune.sweep.overrides import (bridge_overrides, feature_env, harness_flags, megatron_flags)
+from moetune.sweep.overrides import bridge_overrides, feature_env, harness_flags, megatron_flags
 from moetune.sweep.phases import RunSpec
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")

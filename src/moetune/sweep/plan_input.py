@@ -114,7 +114,14 @@ def read_plan(path: Path) -> PlanInput:
     req = data.get("request") or data.get("job") or {}
     if not isinstance(req, dict):
         raise InputError(f"{path}: 'request' must be an object")
-    return PlanInput(request=dict(req), candidates=cands, source=str(path),
+    req = dict(req)
+    # the planner spells the shape 'gbs'/'seq' and lists 'precisions'; accept both spellings
+    for short, long in (("gbs", "global_batch_size"), ("seq", "seq_length")):
+        if short in req and long not in req:
+            req[long] = req[short]
+    if "precision" not in req and isinstance(req.get("precisions"), list) and req["precisions"]:
+        req["precision"] = req["precisions"][0]
+    return PlanInput(request=req, candidates=cands, source=str(path),
                      searched=data.get("searched"), feasible=data.get("feasible"))
 
 

@@ -19,8 +19,19 @@ from typing import Any
 import yaml
 
 from moetune.errors import InputError
-from moetune.sweep.contract import (Contract, ContractLayout, Hardware, Launcher, Semantics, Shape, Versions,
-                                    file_sha256, load_contract, screen_window, validate_window)
+from moetune.sweep.contract import (
+    Contract,
+    ContractLayout,
+    Hardware,
+    Launcher,
+    Semantics,
+    Shape,
+    Versions,
+    file_sha256,
+    load_contract,
+    screen_window,
+    validate_window,
+)
 from moetune.sweep.launcher import entry_and_args, render_batch, render_launch, run_env
 from moetune.sweep.phases import PHASES, RunSpec, generate_runs
 from moetune.sweep.plan_input import Candidate, PlanInput

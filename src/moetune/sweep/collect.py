@@ -1,0 +1,347 @@
+"""``moetune sweep collect``: read every run's logs and traces with the evidence readers, apply acceptance, pick the
+winner per phase, and record predicted vs measured for every run.
+
+Acceptance (docs/domain.md §7.1-7.2, seeds S:wf/S:rec): a log exists; loss finite with zero NaN and zero skipped
+iterations; the declared steady window is present in the log; the contract is unchanged (contract.yaml hash, the
+run's manifest, observed GBS/config vs the contract, exactly one variable changed for a retune run); and the intended
+dispatcher backend / CUDA graphs / FP8 are proven active (dispatcher kernels in the trace and no fallback in the log —
+a config dump is not proof). A run that fails any check is rejected with the reasons; a check without evidence either
+way is 'unverified' (reported; the run can still win only if nothing contradicts it).
+
+Winner per phase: the fastest accepted run by steady-window step time, kept only when the A/B verdict against the
+phase reference is an improvement beyond noise (``compare_runs``' bootstrap interval); otherwise the reference stays.
+Outputs: ``collect/results.json`` and ``collect/calibration.csv`` (the columns of
+``shared/data/perf/mbridge_perf_calibration.csv`` that ``moetune calibrate`` reads, plus predicted/measured pairs).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from moetune.sweep.contract import file_sha256
+from moetune.sweep.evidence import (
+    EvidenceUnavailable,
+    compare,
+    peak_memory_gib,
+    read_log_evidence,
+    read_trace_evidence,
+    run_logs,
+    run_traces,
+)
+from moetune.sweep.sweepdir import load_run, load_sweep
+
+PASS, FAIL, UNVERIFIED = "pass", "fail", "unverified"
+
+#: config keys (Bridge field names / Megatron arg names as the log readers report them) -> contract attribute
+CONFIG_CHECKS = {
+    "global_batch_size": ("shape", "global_batch_size"),
+    "micro_batch_size": ("shape", "micro_batch_size"),
+    "seq_length": ("shape", "seq_length"),
+    "tensor_model_parallel_size": ("layout", "tp"),
+    "pipeline_model_parallel_size": ("layout", "pp"),
+    "context_parallel_size": ("layout", "cp"),
+    "expert_model_parallel_size": ("layout", "ep"),
+    "world_size": ("hardware", "gpus"),
+}
+
+#: fallback/skip messages that show a flex backend did not run (docs/domain.md §7.4 'silently skipped')
+FALLBACK_SIGNALS = ("dispatcher_fallback", "deepep_unavailable", "hybridep_unavailable", "flex_fallback")
+
+CALIBRATION_COLUMNS = ["release", "model", "task", "system", "num_gpus", "precision", "gbs", "mbs", "seq_len", "tp",
+                       "pp", "cp", "vp", "ep", "etp", "tokens_per_sec_per_gpu", "model_tflops_per_gpu", "source_file",
+                       "fsdp", "ga", "model_family", "is_moe", "notes", "status"]
+EXTRA_COLUMNS = ["run", "phase", "variable", "accepted", "reasons", "dispatcher", "recompute_modules",
+                 "cuda_graph_scope", "step_time_s", "peak_mem_gib", "predicted_step_time_s",
+                 "predicted_tokens_per_sec_per_gpu", "predicted_model_tflops_per_gpu", "predicted_peak_gib",
+                 "step_time_error_pct"]
+PRECISION_LABEL = {"bf16": "BF16", "fp16": "FP16", "fp8_cs": "FP8-CS", "fp8_delayed": "FP8-DS",
+                   "fp8_blockwise": "FP8-SC", "mxfp8": "MXFP8", "nvfp4": "NVFP4"}
+
+
+def _check(name: str, status: str, reason: str = "", **evidence: Any) -> dict[str, Any]:
+    return {"check": name, "status": status, "reason": reason, **({"evidence": evidence} if evidence else {})}
+
+
+def _get(contract, section: str, attr: str):
+    return getattr(getattr(contract, section), attr, None)
+
+
+def _dispatcher_check(intended: str, log: dict | None, trace: dict | None, trace_error: str | None) -> dict:
+    fallback = [s for s in (log or {}).get("signals", []) if any(k in str(s.get("kind", "")).lower()
+                                                                  for k in FALLBACK_SIGNALS)]
+    if fallback:
+        s = fallback[0]
+        return _check("dispatcher_active", FAIL, f"intended {intended} but the log shows a fallback at line "
+                      f"{s.get('line')}: {s.get('text', '')[:160]}")
+    if intended in ("deepep", "hybridep"):
+        if trace is None:
+            why = trace_error or "no trace for this run"
+            return _check("dispatcher_active", UNVERIFIED, f"intended {intended}: {why}; a config dump is not proof")
+        if intended not in trace["backends"]:
+            seen = ", ".join(trace["backends"]) or "no communication kernels"
+            return _check("dispatcher_active", FAIL, f"intended {intended} but the trace has no {intended} kernels "
+                          f"(saw: {seen})", backends=trace["backends"])
+        return _check("dispatcher_active", PASS, f"{intended} kernels in the trace", backends=trace["backends"])
+    if trace is not None and ({"deepep", "hybridep"} & set(trace["backends"])):
+        return _check("dispatcher_active", FAIL, f"intended {intended} but the trace shows "
+                      f"{', '.join(sorted({'deepep', 'hybridep'} & set(trace['backends'])))} kernels")
+    if trace is not None:
+        return _check("dispatcher_active", PASS, f"{intended}: no flex-backend kernels, as intended",
+                      backends=trace["backends"])
+    return _check("dispatcher_active", UNVERIFIED, f"intended {intended}: no trace for this run")
+
+
+def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: dict) -> dict[str, Any]:
+    """Acceptance checks and measurements of one run."""
+    man = load_run(d, run_entry["name"])
+    rdir = d / run_entry["dir"]
+    w = man["window"]
+    window = (int(w["first"]), int(w["last"]))
+    checks: list[dict] = []
+    res: dict[str, Any] = {"run": man["name"], "phase": man["phase"], "variable": man.get("variable"),
+                           "change": man.get("change") or {}, "reference": man.get("reference"),
+                           "window": [window[0], window[1]], "predicted": man.get("predicted") or {},
+                           "layout": man["layout"], "mbs": man["mbs"], "precision": man["precision"],
+                           "features": man["features"], "gpus": man["gpus"], "notes": man.get("notes") or [],
+                           "intended": man.get("intended") or {}, "replay": man.get("replay")}
+    logs = run_logs(rdir)
+    traces = run_traces(rdir)
+    res["logs"] = [str(p) for p in logs]
+    res["traces"] = [str(p) for p in traces]
+    log = None
+    if not logs:
+        checks.append(_check("log_present", FAIL, f"no training log in {rdir / 'logs'} (job not run or failed early)"))
+    else:
+        try:
+            log = read_log_evidence(logs[0], window)
+            checks.append(_check("log_present", PASS, logs[0].name))
+        except EvidenceUnavailable as exc:
+            checks.append(_check("log_present", UNVERIFIED, str(exc)))
+        except Exception as exc:  # a reader error on this file rejects the run with the reader's message
+            checks.append(_check("log_present", FAIL, f"{logs[0].name}: {' '.join(str(exc).split())[:200]}"))
+    if log is not None:
+        nan = log["nan_iterations"] or 0
+        finite = log["loss_finite"]
+        if finite is False or nan:
+            checks.append(_check("loss_finite", FAIL, f"non-finite loss: {nan} NaN iteration(s)"
+                                 f"{' (loss missing or NaN in the log)' if finite is False else ''}"))
+        elif finite is None:
+            checks.append(_check("loss_finite", UNVERIFIED, "the log reader reported no loss health"))
+        else:
+            checks.append(_check("loss_finite", PASS, "finite loss, 0 NaN iterations"))
+        sk = log["skipped_iterations"] or 0
+        checks.append(_check("no_skipped", FAIL if sk else PASS, f"{sk} skipped iteration(s)"))
+        its = log["iterations"]
+        have = [i for i in its if window[0] <= i <= window[1]]
+        if its and min(its) <= window[0] and max(its) >= window[1] and len(have) >= min(3, window[1] - window[0] + 1):
+            checks.append(_check("steady_window", PASS, f"iterations {window[0]}-{window[1]}: {len(have)} samples"))
+        else:
+            span = f"{min(its)}-{max(its)}" if its else "none"
+            checks.append(_check("steady_window", FAIL, f"declared window {window[0]}-{window[1]} not in the log "
+                                 f"(iterations seen: {span})"))
+        res.update(step_time_s=log["step_time_s"], tokens_per_s_per_gpu=log["tokens_per_s_per_gpu"],
+                   tflops_per_gpu=log["tflops_per_gpu"], peak_mem_gib=peak_memory_gib(log["memory"]),
+                   window_step_s=log["window_step_s"], log_source=log["source"], versions=log["versions"])
+    # contract
+    broken = []
+    if not contract_ok:
+        broken.append("contract.yaml was edited after the sweep was generated (hash differs from sweep.yaml)")
+    if man.get("contract_sha256") != sweep.get("contract_sha256"):
+        broken.append("run manifest was generated under a different contract")
+    if man.get("reference"):
+        extra = _undeclared_changes(man, load_run(d, man["reference"]))
+        if extra:
+            broken.append(f"changes beyond the declared variable vs {man['reference']}: {', '.join(extra)}")
+    if log is not None:
+        gbs = [g for g in log["observed_gbs"] if g != contract.shape.global_batch_size]
+        if gbs:
+            broken.append(f"global batch size {gbs[0]} in the log vs {contract.shape.global_batch_size} in the contract")
+        cfg = log["config"] or {}
+        for key, (section, attr) in CONFIG_CHECKS.items():
+            if key in cfg and key != "global_batch_size":
+                want = _expected(man, contract, section, attr)
+                try:
+                    if want is not None and int(cfg[key]) != int(want):
+                        broken.append(f"{key}={cfg[key]} in the log vs {want} intended")
+                except (TypeError, ValueError):
+                    pass
+    checks.append(_check("contract", FAIL if broken else PASS, "; ".join(broken) or "contract held"))
+    # features actually active
+    trace = None
+    trace_error = None
+    if traces:
+        try:
+            trace = read_trace_evidence(traces)
+            res["trace"] = {k: v for k, v in trace.items() if k != "report"}
+            res["trace_report"] = trace["report"]
+        except EvidenceUnavailable as exc:
+            trace_error = str(exc)
+        except Exception as exc:
+            trace_error = f"trace unreadable: {' '.join(str(exc).split())[:200]}"
+    intended = res["intended"]
+    checks.append(_dispatcher_check(str(intended.get("dispatcher", "alltoall")), log, trace, trace_error))
+    if intended.get("cuda_graphs"):
+        if trace is None:
+            checks.append(_check("cuda_graphs_active", UNVERIFIED, "graphs intended; no trace to show replays"))
+        else:
+            checks.append(_check("cuda_graphs_active", PASS if trace["cuda_graphs"] else FAIL,
+                                 "graph replays in the trace" if trace["cuda_graphs"] else
+                                 "graphs intended but no cudaGraphLaunch/replayed kernels in the trace"))
+    if str(intended.get("precision", "bf16")) not in ("bf16", "fp16"):
+        if trace is None:
+            checks.append(_check("precision_active", UNVERIFIED, f"{intended['precision']} intended; no trace"))
+        else:
+            checks.append(_check("precision_active", PASS if trace["fp8"] else FAIL,
+                                 "FP8/FP4 kernels in the trace" if trace["fp8"] else
+                                 f"{intended['precision']} intended but no FP8/FP4 GEMM or cast kernels in the trace"))
+    res["checks"] = checks
+    res["accepted"] = all(c["status"] != FAIL for c in checks) and any(
+        c["check"] == "log_present" and c["status"] == PASS for c in checks)
+    res["reasons"] = [c["reason"] for c in checks if c["status"] == FAIL]
+    res["unverified"] = [c["reason"] for c in checks if c["status"] == UNVERIFIED]
+    res["_record"] = log["record"] if log else None
+    return res
+
+
+def _undeclared_changes(man: dict, ref: dict) -> list[str]:
+    """Fields where a run differs from its reference but that its declared change does not name."""
+    declared = {k.split(".", 1)[1] if k.startswith("layout.") else k for k in (man.get("change") or {})}
+    out = []
+    for key in sorted(set(man["features"]) | set(ref["features"])):
+        if man["features"].get(key) != ref["features"].get(key) and key not in declared:
+            out.append(key)
+    for key in sorted(set(man["layout"]) | set(ref["layout"])):
+        if man["layout"].get(key) != ref["layout"].get(key) and key not in declared:
+            out.append(f"layout.{key}")
+    if man["mbs"] != ref["mbs"] and "mbs" not in declared:
+        out.append("mbs")
+    if man["precision"] != ref["precision"] and "precision" not in declared:
+        out.append("precision")
+    return out
+
+
+def _expected(man: dict, contract, section: str, attr: str):
+    if section == "layout":
+        return man["layout"].get(attr, _get(contract, section, attr))
+    if section == "hardware" and attr == "gpus":
+        return man["gpus"]
+    if section == "shape" and attr == "micro_batch_size":
+        return man["mbs"]
+    return _get(contract, section, attr)
+
+
+def _ab(ref: dict, cand: dict) -> dict[str, Any]:
+    row = {"a": ref["run"], "b": cand["run"], "variable": cand.get("variable"), "change": cand.get("change"),
+           "a_step_time_s": ref.get("step_time_s"), "b_step_time_s": cand.get("step_time_s")}
+    if not ref["accepted"] or not cand["accepted"]:
+        bad = cand if not cand["accepted"] else ref
+        row.update(verdict="not_comparable", reason=f"{bad['run']} rejected: " + "; ".join(bad["reasons"]))
+        return row
+    try:
+        cmp = compare(ref["_record"], cand["_record"], tuple(cand["window"]))
+    except EvidenceUnavailable as exc:
+        row.update(verdict="unavailable", reason=str(exc))
+        return row
+    except Exception as exc:
+        row.update(verdict="unavailable", reason=f"compare failed: {' '.join(str(exc).split())[:160]}")
+        return row
+    contract = cmp.get("contract") or {}
+    row.update(verdict=cmp.get("verdict"), delta_pct=cmp.get("delta_pct"), ci_pct=cmp.get("ci_pct"),
+               contract_ok=contract.get("ok", True), contract_violations=contract.get("violations", []))
+    if contract and contract.get("ok") is False:
+        allowed = set(cand.get("change") or {})
+        others = [v for v in contract.get("violations", []) if not any(a.split(".")[-1] in str(v) for a in allowed)]
+        if others:
+            row.update(verdict="not_comparable", reason="contract broken: " + "; ".join(map(str, others)))
+    return row
+
+
+def _winner(results: list[dict], phase: str, abs_: list[dict]) -> dict[str, Any] | None:
+    rows = [r for r in results if r["phase"] == phase]
+    if not rows:
+        return None
+    acc = [r for r in rows if r["accepted"] and r.get("step_time_s")]
+    if not acc:
+        return {"phase": phase, "run": None, "reason": "no accepted run"}
+    if phase == "retune":
+        better = [a for a in abs_ if a.get("verdict") == "improvement"]
+        if better:
+            best = min(better, key=lambda a: a.get("delta_pct") if a.get("delta_pct") is not None else 0.0)
+            return {"phase": phase, "run": best["b"], "reason": f"improvement beyond noise vs {best['a']}: "
+                    f"{best.get('delta_pct')} % (CI {best.get('ci_pct')})"}
+        ref = next((r for r in acc if r["run"] == "retune-ref"), None)
+        return {"phase": phase, "run": ref["run"] if ref else None,
+                "reason": "no candidate beat the reference beyond noise"}
+    best = min(acc, key=lambda r: r["step_time_s"])
+    return {"phase": phase, "run": best["run"], "reason": f"fastest accepted steady-window step time "
+            f"{best['step_time_s']:.4g} s"}
+
+
+def _calibration_rows(results: list[dict], contract, sweep: dict) -> list[dict[str, Any]]:
+    rows = []
+    for r in results:
+        lay = r["layout"]
+        pred = r.get("predicted") or {}
+        st = r.get("step_time_s")
+        pst = pred.get("step_time_s")
+        err = (100.0 * (pst - st) / st) if (st and pst) else None
+        rows.append({
+            "release": contract.versions.container, "model": contract.model, "task": "pretrain",
+            "system": contract.hardware.system, "num_gpus": r["gpus"],
+            "precision": PRECISION_LABEL.get(r["precision"], r["precision"]),
+            "gbs": contract.shape.global_batch_size, "mbs": r["mbs"], "seq_len": contract.shape.seq_length,
+            "tp": lay.get("tp", 1), "pp": lay.get("pp", 1), "cp": lay.get("cp", 1), "vp": lay.get("vpp") or "",
+            "ep": lay.get("ep", 1), "etp": lay.get("etp") if lay.get("etp") is not None else "",
+            "tokens_per_sec_per_gpu": _fmt(r.get("tokens_per_s_per_gpu")),
+            "model_tflops_per_gpu": _fmt(r.get("tflops_per_gpu")),
+            "source_file": f"sweep:{sweep['name']}/{r['run']}", "fsdp": "", "ga": "",
+            "model_family": sweep.get("model_info", {}).get("name", contract.model), "is_moe": "yes",
+            "notes": contract.semantics.label, "status": "accepted" if r["accepted"] else "rejected",
+            "run": r["run"], "phase": r["phase"], "variable": r.get("variable") or "",
+            "accepted": r["accepted"], "reasons": " | ".join(r["reasons"]),
+            "dispatcher": r["intended"].get("dispatcher", ""),
+            "recompute_modules": ",".join(r["features"].get("recompute_modules") or []),
+            "cuda_graph_scope": ",".join(r["features"].get("cuda_graph_scope") or []),
+            "step_time_s": _fmt(st), "peak_mem_gib": _fmt(r.get("peak_mem_gib")),
+            "predicted_step_time_s": _fmt(pst),
+            "predicted_tokens_per_sec_per_gpu": _fmt(pred.get("tokens_per_s_per_gpu")),
+            "predicted_model_tflops_per_gpu": _fmt(pred.get("tflops_per_gpu")),
+            "predicted_peak_gib": _fmt(pred.get("peak_gib")), "step_time_error_pct": _fmt(err),
+        })
+    return rows
+
+
+def _fmt(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return ""
+    return f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def collect_sweep(d: Path) -> dict[str, Any]:
+    sweep, contract = load_sweep(d)
+    contract_ok = file_sha256(d / "contract.yaml") == sweep.get("contract_sha256")
+    results = [evaluate_run(d, sweep, contract, contract_ok, r) for r in sweep["runs"]]
+    by_name = {r["run"]: r for r in results}
+    abs_ = [_ab(by_name[r["reference"]], r) for r in results
+            if r["phase"] == "retune" and r.get("reference") in by_name]
+    winners = [w for p in ("fit", "scale", "profile", "retune", "validate")
+               if (w := _winner(results, p, abs_)) is not None]
+    out_dir = d / "collect"
+    out_dir.mkdir(exist_ok=True)
+    rows = _calibration_rows(results, contract, sweep)
+    with (out_dir / "calibration.csv").open("w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=CALIBRATION_COLUMNS + EXTRA_COLUMNS)
+        wr.writeheader()
+        wr.writerows(rows)
+    public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
+    doc = {"sweep": sweep["name"], "contract_ok": contract_ok, "contract": contract.model_dump(mode="json",
+                                                                                             by_alias=True),
+           "runs": public, "ab": abs_, "winners": winners,
+           "accepted": sum(r["accepted"] for r in results), "rejected": sum(not r["accepted"] for r in results),
+           "calibration_csv": str(out_dir / "calibration.csv")}
+    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str))
+    return doc

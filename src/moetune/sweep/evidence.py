@@ -1,0 +1,189 @@
+"""Adapter from a run directory to the evidence readers (helper F: ``moetune.evidence.read_run`` /
+``summarize_run`` / ``compare_runs``; helper G: ``moetune.evidence.traces.analyze_paths``).
+
+No numbers are computed here beyond reading the readers' results into plain dicts: the steady-window statistics,
+loss health and noise bands are the readers' (one implementation each). When a reader is not installed the
+corresponding evidence is reported as unavailable with the reason, never faked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
+TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".pt.trace.json", ".csv.xz", ".parquet")
+
+
+class EvidenceUnavailable(RuntimeError):
+    """A reader this step needs is not installed; the message says which."""
+
+
+def as_dict(obj: Any) -> Any:
+    """pydantic / dataclass / mapping -> plain dict (recursively)."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="python")
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: as_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {k: as_dict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [as_dict(v) for v in obj]
+    return obj
+
+
+def _log_api():
+    try:
+        from moetune.evidence import read_run, summarize_run  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise EvidenceUnavailable(f"log readers not available (moetune.evidence.read_run/summarize_run: {exc})") \
+            from None
+    return read_run, summarize_run
+
+
+def _compare_api():
+    try:
+        from moetune.evidence import compare_runs  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise EvidenceUnavailable(f"A/B comparison not available (moetune.evidence.compare_runs: {exc})") from None
+    return compare_runs
+
+
+def _trace_api():
+    try:
+        from moetune.evidence.traces import analyze_paths  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise EvidenceUnavailable(f"trace analysis not available (moetune.evidence.traces.analyze_paths: {exc})") \
+            from None
+    return analyze_paths
+
+
+def run_logs(run_dir: Path) -> list[Path]:
+    """Training logs / golden-values JSON of a run (Slurm's own stdout file excluded)."""
+    d = run_dir / "logs"
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(LOG_SUFFIXES)
+                  and not p.name.startswith("slurm-") and p.name != "job.txt" and p.stat().st_size > 0)
+
+
+def run_traces(run_dir: Path) -> list[Path]:
+    d = run_dir / "traces"
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+
+
+def _f(v: Any) -> float | None:
+    if isinstance(v, dict):
+        v = v.get("median", v.get("value"))
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def read_log_evidence(path: Path, window: tuple[int, int]) -> dict[str, Any]:
+    """The log's record and its steady-window summary, in the JSON shape of ``moetune logs --json``."""
+    read_run, summarize_run = _log_api()
+    rec = read_run(path)
+    summ = as_dict(summarize_run(rec, window=window))
+    it = getattr(rec, "iterations", None)
+    iters = it.col("iteration") if it is not None and len(it) else np.zeros(0)
+    gbs = it.col("gbs") if it is not None and len(it) else np.zeros(0)
+    in_win = (iters >= window[0]) & (iters <= window[1])
+    step_s = it.col("elapsed_s")[in_win] if it is not None and len(it) else np.zeros(0)
+    loss = summ.get("loss") or {}
+    st = summ.get("step_time_s") or {}
+    tf = summ.get("tflops_per_gpu")
+    return {
+        "file": str(path),
+        "record": rec,
+        "source": getattr(rec, "source", None),
+        "iterations": [int(x) for x in iters if math.isfinite(x)],
+        "window_samples": int(in_win.sum()),
+        "window_step_s": [float(x) for x in step_s if math.isfinite(x)],
+        "observed_gbs": sorted({int(x) for x in gbs if math.isfinite(x)}),
+        "steady_window": summ.get("steady_window"),
+        "step_time_s": _f(st.get("median") if isinstance(st, dict) else st),
+        "step_time_ci": st.get("ci") if isinstance(st, dict) else None,
+        "tokens_per_s_per_gpu": _f(summ.get("tokens_per_s_per_gpu")),
+        "tflops_per_gpu": _f(tf),
+        "loss_finite": loss.get("finite"),
+        "nan_iterations": loss.get("nan_iterations"),
+        "skipped_iterations": loss.get("skipped_iterations"),
+        "memory": summ.get("memory") or {},
+        "config": summ.get("config") or as_dict(getattr(rec, "config", {}) or {}),
+        "versions": as_dict(getattr(rec, "versions", {}) or {}),
+        "signals": [{"kind": getattr(s, "kind", ""), "line": getattr(s, "line", None),
+                     "text": getattr(s, "text", "")} for s in (getattr(rec, "signals", None) or [])],
+        "summary": summ,
+    }
+
+
+def peak_memory_gib(mem: dict[str, Any]) -> float | None:
+    """Largest peak reported in a ``logs`` memory section (GiB), whatever its nesting."""
+    best = None
+
+    def walk(x: Any, key: str = "") -> None:
+        nonlocal best
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, str(k))
+        elif isinstance(x, list):
+            for v in x:
+                walk(v, key)
+        elif isinstance(x, int | float) and "peak" in key.lower() and "gib" in key.lower():
+            best = x if best is None else max(best, float(x))
+
+    walk(mem)
+    return best
+
+
+def read_trace_evidence(paths: list[Path]) -> dict[str, Any]:
+    """G's trace report as a dict, plus the dispatcher backends / graph / FP8 evidence it contains."""
+    analyze_paths = _trace_api()
+    rep = as_dict(analyze_paths([str(p) for p in paths]))
+    ranks = rep.get("ranks") or []
+    backends: set[str] = set()
+    graphs = False
+    fp8 = False
+    for r in ranks:
+        feats = r.get("features") or {}
+        kinds = {str(k).lower() for k in (r.get("comm_by_kind") or {})}
+        text = repr(feats).lower()
+        for b in ("deepep", "hybridep", "nccl"):
+            if b in text or any(b in k for k in kinds):
+                backends.add(b)
+        if any(k.startswith(("alltoall", "all_to_all", "sendrecv")) for k in kinds):
+            backends.add("nccl_alltoall")
+        graphs = graphs or bool(_truthy(feats, "graph"))
+        fp8 = fp8 or bool(_truthy(feats, "fp8"))
+    return {"report": rep, "backends": sorted(backends), "cuda_graphs": graphs, "fp8": fp8,
+            "dominant_wall": (ranks[0].get("dominant_wall") if ranks else None)}
+
+
+def _truthy(d: Any, needle: str) -> bool:
+    if isinstance(d, dict):
+        for k, v in d.items():
+            if needle in str(k).lower() and (v is True or (isinstance(v, int | float) and v > 0) or
+                                             (isinstance(v, list | dict) and v)):
+                return True
+            if _truthy(v, needle):
+                return True
+    return False
+
+
+def compare(a_record: Any, b_record: Any, window: tuple[int, int]) -> dict[str, Any]:
+    """F's A/B verdict ({verdict, delta_pct, ci_pct, contract}) of B against A."""
+    compare_runs = _compare_api()
+    try:
+        res = compare_runs(a_record, b_record, window=window)
+    except TypeError:
+        res = compare_runs(a_record, b_record)
+    return as_dict(res)
