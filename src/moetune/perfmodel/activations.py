@@ -67,6 +67,20 @@ _RECOMPUTE_TARGETS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: CUDA-graph scope (MCore ``cuda_graph_scope``) -> the components captured inside those graphs
+GRAPH_SCOPE_COMPONENTS: dict[str, frozenset[str]] = {
+    "attn": frozenset({"attn_norm_in", "attn_norm_out", "attn_qkv", "mla_up_proj", "core_attn", "attn_proj_in",
+                       "attn_dropout_mask"}),
+    "mamba": frozenset({"attn_norm_in", "attn_norm_out", "attn_qkv", "core_attn", "attn_proj_in",
+                        "attn_dropout_mask"}),
+    "mlp": frozenset({"mlp_norm_in", "mlp_norm_out", "mlp", "mlp_dropout_mask"}),
+    "moe_router": frozenset({"router"}),
+    "moe_preprocess": frozenset({"router"}),
+    "moe": frozenset({"mlp_norm_in", "mlp_norm_out", "router", "moe_dispatched", "moe_fc1_out", "moe_act",
+                      "shared_experts", "mlp_dropout_mask"}),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class ActConfig:
     """Everything besides the model that sets per-layer activation bytes (hashable cache key)."""
@@ -200,6 +214,28 @@ def layer_components(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> 
         for name in _OFFLOAD_TARGETS.get(mod, ()):
             comps.pop(name, None)
     return tuple(sorted(comps.items()))
+
+
+@lru_cache(maxsize=4096)
+def layer_graphed_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig, scope: frozenset[str]) -> float:
+    """Saved bytes of one layer/microbatch that live inside CUDA graphs of the given scope (their memory comes from
+    the graphs' private pool, allocated once at capture, not per replay)."""
+    if not scope:
+        return 0.0
+    if "full_iteration" in scope:
+        return layer_bytes(model, mixer, mlp, cfg)
+    names: set[str] = set()
+    for sc in scope:
+        if sc == "attn" and mixer not in ("A", "W"):
+            continue
+        if sc == "mamba" and mixer not in ("M", "G"):
+            continue
+        if sc == "mlp" and mlp != "D":
+            continue
+        if sc in ("moe", "moe_router", "moe_preprocess") and mlp != "E":
+            continue
+        names |= GRAPH_SCOPE_COMPONENTS.get(sc, frozenset())
+    return float(sum(v for k, v in layer_components(model, mixer, mlp, cfg) if k in names))
 
 
 @lru_cache(maxsize=4096)

@@ -314,9 +314,19 @@ def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ..
     return tuple(sorted(states))
 
 
-def _chunk_activation(job: Job, cfg: act.ActConfig, ch, vocab_padded: int) -> tuple[float, float, float]:
-    """(saved bytes per microbatch, transient bytes, offload-resident bytes) of one chunk."""
+def graph_scope(job: Job) -> frozenset[str]:
+    """CUDA-graph scope in effect (MCore: an empty ``cuda_graph_scope`` with graphs on captures whole layers)."""
+    f = job.features
+    if f.cuda_graph_impl == "none":
+        return frozenset()
+    return frozenset(f.cuda_graph_scope) or frozenset({"attn", "mlp", "moe", "mamba"})
+
+
+def _chunk_activation(job: Job, cfg: act.ActConfig, ch, vocab_padded: int) -> tuple[float, float, float, float]:
+    """(saved bytes per microbatch, of which inside CUDA graphs, transient bytes, offload-resident bytes)."""
     m, f = job.model, job.features
+    scope = graph_scope(job)
+    graphed = 0.0
     layers = [(m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers]
     mtp_layers = mtp_block_layers(m) * ch.mtp_layers if ch.mtp_layers else []
     saved = 0.0
@@ -344,6 +354,7 @@ def _chunk_activation(job: Job, cfg: act.ActConfig, ch, vocab_padded: int) -> tu
             offl = max(offl, b)
         else:
             saved += b
+            graphed += act.layer_graphed_bytes(m, mx, ml, cfg, scope)
         transient = max(transient, act.layer_transient_bytes(m, mx, ml, cfg)
                         + act.layer_recompute_extra_bytes(m, mx, ml, cfg))
         offl = max(offl, act.layer_offloaded_bytes(m, mx, ml, cfg))
@@ -356,7 +367,7 @@ def _chunk_activation(job: Job, cfg: act.ActConfig, ch, vocab_padded: int) -> tu
         saved += s
         transient = max(transient, t)
     resident = const("fine_grained_offload_resident_layers") * offl if cfg.offload else (offl if cpu_n else 0.0)
-    return saved, transient, resident
+    return saved, graphed, transient, resident
 
 
 def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight_total: int) -> float:
@@ -403,28 +414,41 @@ def estimate_memory(job: Job) -> MemoryEstimate:
     for rank in stages:
         dense, expert, lin, per_chunk_params = _rank_params(job, rank)
         comps = _model_state(job, dense, expert, lin, largest_layer)
-        chunk_saved, chunk_trans, resident = [], 0.0, 0.0
+        chunk_saved, chunk_graphed, chunk_trans, resident = [], [], 0.0, 0.0
         for ch in rank.chunks:
-            s, t, r = _chunk_activation(job, cfg, ch, vocab_padded)
-            chunk_saved.append(s)
+            s, g, t, r = _chunk_activation(job, cfg, ch, vocab_padded)
+            chunk_saved.append(s - g)
+            chunk_graphed.append(g)
             chunk_trans = max(chunk_trans, t)
             resident = max(resident, r)
-        best, best_state = -1.0, (1,) * vpp
+        best, best_state, best_graphed = -1.0, (1,) * vpp, 0.0
         for state in inflight_states(lay.pp, vpp, nmb, rank.pp_rank):
             tot = sum(c * a for c, a in zip(state, chunk_saved, strict=True))
             if tot > best:
                 best, best_state = tot, state
+            best_graphed = max(best_graphed, sum(c * a for c, a in zip(state, chunk_graphed, strict=True)))
+        static = sum(comps.values())
+        working = chunk_trans + resident
+        graphed_io = _graphed_io_bytes(job, cfg, rank, sum(best_state))
+        # Activations inside CUDA graphs come from the graphs' private pool, filled once while capturing (before
+        # training, following the schedule order); replays do not allocate. The allocated peak is the larger of the
+        # capture phase and the training phase (non-graphed activations + working set + static graph buffers).
+        eager_peak = best + working + graphed_io
+        dyn = max(eager_peak, best_graphed + (working if best_graphed else 0.0))
         comps["activations"] = best
-        comps["working_set"] = chunk_trans + resident
-        graphed = _graphed_io_bytes(job, cfg, rank, sum(best_state))
-        alloc_bytes = sum(comps.values())
-        tail = runtime_tail(job, graphed_io_bytes=graphed, activation_peak_bytes=best,
-                            allocated_peak_bytes=alloc_bytes + graphed)
+        comps["working_set"] = working
+        alloc_bytes = static + dyn
+        tail = runtime_tail(job, graphed_io_bytes=graphed_io, activation_peak_bytes=best + best_graphed,
+                            allocated_peak_bytes=alloc_bytes)
         comp_gib = {k: v / GIB for k, v in comps.items()}
+        if best_graphed:
+            comp_gib["cuda_graph_activations"] = best_graphed / GIB
         for it in tail.items:
             comp_gib[it.name] = it.gib
-        peak = alloc_bytes / GIB + tail.total("allocated")
-        reserved = peak + tail.total("reserved")
+        peak = alloc_bytes / GIB + tail.total("allocated") - graphed_io / GIB
+        # the graph pool stays reserved while eager activations are allocated next to it
+        pool_extra = max(0.0, best_graphed + eager_peak - dyn) / GIB
+        reserved = peak + tail.total("reserved") + pool_extra
         device = reserved + tail.total("non_torch")
         chunks = [ChunkMemory(ch.vchunk, ch.layers, ch.embedding, ch.loss, ch.mtp_layers, per_chunk_params[j],
                               chunk_saved[j] / GIB, best_state[j]) for j, ch in enumerate(rank.chunks)]
