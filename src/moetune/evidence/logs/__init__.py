@@ -1,0 +1,61 @@
+"""Training-log readers: Megatron-LM, Megatron-Bridge, NeMo/Lightning text logs and Megatron golden-values JSON.
+
+Public API::
+
+    read_run(path) -> RunRecord          # one file -> typed run record (streaming, bounded memory)
+
+Summaries, diagnosis and comparison live in :mod:`moetune.evidence.steady`, :mod:`moetune.evidence.diagnose` and
+:mod:`moetune.evidence.compare`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from moetune.errors import InputError
+from moetune.evidence.logs.golden import read_golden_path
+from moetune.evidence.logs.model import (
+    FLAG_NAMES,
+    Event,
+    IterationTable,
+    LineRef,
+    MemoryReport,
+    RunRecord,
+    Signal,
+    TheoreticalMemory,
+    TimerStat,
+)
+from moetune.evidence.logs.reader import _check_path, read_text_log
+
+__all__ = [
+    "FLAG_NAMES",
+    "Event",
+    "IterationTable",
+    "LineRef",
+    "MemoryReport",
+    "RunRecord",
+    "Signal",
+    "TheoreticalMemory",
+    "TimerStat",
+    "read_run",
+]
+
+
+def read_run(path: str | Path) -> RunRecord:
+    """Read one training log or golden-values JSON into a :class:`RunRecord`.
+
+    Raises :class:`~moetune.errors.InputError` (one line, exit code 2) for a missing, unreadable, binary or
+    unrecognisable file. A log with no iteration lines is *not* an error here (it may still hold a failure to
+    diagnose); check :attr:`RunRecord.has_iterations`.
+    """
+    p = Path(path)
+    _check_path(p)
+    with open(p, "rb") as f:
+        head = f.read(256).lstrip()
+    if p.suffix.lower() == ".json" or head.startswith(b"{"):
+        return read_golden_path(p)
+    rec = read_text_log(p)
+    if rec.recognised_lines == 0:
+        raise InputError(f"{p}: no training-log lines recognised (expected Megatron-LM / Megatron-Bridge / NeMo log "
+                         "text or a Megatron golden-values JSON)", field="log", value=str(p))
+    return rec

@@ -1,0 +1,242 @@
+"""Typed run records produced by the log readers.
+
+A :class:`RunRecord` is what one training log (or one Megatron-LM golden-values JSON) says about one run:
+per-iteration samples kept as compact numeric columns (``array('d')``: 8 bytes per value, independent of how
+much text the log holds), plus the few structured things a log prints once (memory reports, theoretical memory,
+timer blocks, configuration dumps, version banners) and the lines that signal failures (with line numbers).
+
+Field meanings follow Megatron's ``training_log`` (megatron/training/training.py and
+megatron/bridge/training/utils/train_utils.py, see docs/bridge_perf_notes.md §3).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+#: iteration flags (bit mask in :attr:`IterationTable.flags`)
+FLAG_PROFILED = 1  # inside an nsys capture range / torch-profiler window
+FLAG_CHECKPOINT = 2  # interval contains a checkpoint save
+FLAG_EVAL = 4  # interval contains an evaluation pass
+FLAG_GRAPH_CAPTURE = 8  # interval contains CUDA-graph capture
+FLAG_TRUNCATED = 16  # the iteration line was cut off (last line of an excerpt)
+FLAG_SEGMENT_START = 32  # first logged iteration of a run segment (start or restart)
+FLAG_NAMES = {
+    FLAG_PROFILED: "profiled",
+    FLAG_CHECKPOINT: "checkpoint",
+    FLAG_EVAL: "evaluation",
+    FLAG_GRAPH_CAPTURE: "graph_capture",
+    FLAG_TRUNCATED: "truncated",
+    FLAG_SEGMENT_START: "segment_start",
+}
+
+NAN = math.nan
+
+
+class IterationTable:
+    """Columnar per-iteration samples (one row per logged iteration line).
+
+    Columns (float64, NaN = not printed): ``iteration``, ``train_iters``, ``segment``, ``line``, ``elapsed_s``
+    (elapsed time per iteration, averaged by Megatron over the log interval), ``tflops`` (model TFLOP/s/GPU),
+    ``lr``, ``gbs``, ``consumed_samples``, ``loss`` (the primary loss: ``lm loss`` or NeMo's ``reduced_train_loss``),
+    ``loss_scale``, ``grad_norm``, ``num_zeros``, ``skipped`` and ``nan`` (Megatron's per-interval counters),
+    ``loss_missing`` (1 when the line printed no primary loss; Megatron omits a loss key whose interval average is
+    not > 0, which is the case for NaN), ``grad_norm_nonfinite`` and ``flags``.
+    """
+
+    COLUMNS = (
+        "iteration",
+        "train_iters",
+        "segment",
+        "line",
+        "elapsed_s",
+        "tflops",
+        "lr",
+        "gbs",
+        "consumed_samples",
+        "loss",
+        "loss_scale",
+        "grad_norm",
+        "num_zeros",
+        "skipped",
+        "nan",
+        "loss_missing",
+        "grad_norm_nonfinite",
+        "flags",
+    )
+
+    def __init__(self) -> None:
+        for name in self.COLUMNS:
+            setattr(self, "_" + name, array("d"))
+        self.extra_losses: dict[str, array] = {}
+
+    def __len__(self) -> int:
+        return len(self._iteration)  # type: ignore[attr-defined]
+
+    def append(self, row: dict[str, float], extra: dict[str, float] | None = None) -> None:
+        n = len(self)
+        for name in self.COLUMNS:
+            getattr(self, "_" + name).append(row.get(name, NAN))
+        if extra:
+            for key, value in extra.items():
+                col = self.extra_losses.get(key)
+                if col is None:
+                    col = self.extra_losses[key] = array("d", [NAN]) * n
+                col.append(value)
+        for col in self.extra_losses.values():
+            if len(col) == n:
+                col.append(NAN)
+
+    def set_flag(self, index: int, flag: int) -> None:
+        self._flags[index] = float(int(self._flags[index]) | flag)  # type: ignore[attr-defined]
+
+    def col(self, name: str) -> np.ndarray:
+        """A copy-free numpy view of one column."""
+        if name in self.extra_losses:
+            return np.frombuffer(self.extra_losses[name], dtype=np.float64)
+        buf = getattr(self, "_" + name)
+        if len(buf) == 0:
+            return np.zeros(0)
+        return np.frombuffer(buf, dtype=np.float64)
+
+    def last(self, name: str) -> float:
+        buf = getattr(self, "_" + name)
+        return buf[-1] if len(buf) else NAN
+
+    def pop_last(self) -> None:
+        for name in self.COLUMNS:
+            getattr(self, "_" + name).pop()
+        for col in self.extra_losses.values():
+            if len(col) > len(self):
+                col.pop()
+
+    def row(self, index: int) -> dict[str, float]:
+        out = {name: getattr(self, "_" + name)[index] for name in self.COLUMNS}
+        for key, col in self.extra_losses.items():
+            out[key] = col[index]
+        return out
+
+
+@dataclass(slots=True)
+class LineRef:
+    """One log line kept as evidence: 1-based line number, rank (when a prefix names it) and text."""
+
+    line: int
+    text: str
+    rank: int | None = None
+
+
+@dataclass(slots=True)
+class MemoryReport:
+    """A ``[Rank r] (after N iterations) memory (MB|GB) | …`` line, values converted to bytes.
+
+    Megatron's older form prints MiB (``torch.cuda.memory_allocated() / 1024 / 1024``); Bridge's ``mem-…-gigabytes``
+    form prints decimal GB (bytes / 1e9), BPN §3.
+    """
+
+    line: int
+    rank: int | None
+    after_iteration: int | None
+    unit: str
+    values_bytes: dict[str, float]
+
+
+@dataclass(slots=True)
+class TheoreticalMemory:
+    """``Theoretical memory footprints: weight and optimizer=… MB[, activation=… MB, total=… MB]`` (MB = MiB)."""
+
+    line: int
+    weight_and_optimizer_mib: float
+    activation_mib: float | None = None
+    total_mib: float | None = None
+    source: str = "megatron"
+
+
+@dataclass(slots=True)
+class TimerStat:
+    """One named timer across all blocks seen: last (min, max) over ranks and running aggregates of the max."""
+
+    name: str
+    last_min_ms: float | None
+    last_max_ms: float
+    count: int = 1
+    sum_max_ms: float = 0.0
+    peak_max_ms: float = 0.0
+    first_line: int = 0
+
+    @property
+    def mean_max_ms(self) -> float:
+        return self.sum_max_ms / self.count if self.count else NAN
+
+
+@dataclass(slots=True)
+class Event:
+    """A non-iteration event that affects timing windows (profiler, checkpoint, evaluation, graph capture, restart)."""
+
+    line: int
+    kind: str
+    text: str
+    iteration: int | None = None
+
+
+@dataclass(slots=True)
+class Signal:
+    """A line that signals a failure or an anomaly, kept for diagnosis (capped per kind)."""
+
+    line: int
+    kind: str
+    text: str
+    rank: int | None = None
+    context: tuple[LineRef, ...] = ()
+    frames: tuple[str, ...] = ()
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RunRecord:
+    """Everything one log file says about one run (see module docstring)."""
+
+    path: str
+    source: str = "megatron-lm"  # megatron-lm | megatron-bridge | nemo | megatron-golden
+    lines: int = 0
+    bytes: int = 0
+    recognised_lines: int = 0
+    iterations: IterationTable = field(default_factory=IterationTable)
+    step_time: IterationTable = field(default_factory=IterationTable)  # Bridge rank-0 "Step Time" lines
+    memory_reports: list[MemoryReport] = field(default_factory=list)
+    theoretical_memory: list[TheoreticalMemory] = field(default_factory=list)
+    parameter_counts: dict[str, float] = field(default_factory=dict)
+    timers: dict[str, TimerStat] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    config_source: str | None = None
+    versions: dict[str, str] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    signals: list[Signal] = field(default_factory=list)
+    signal_counts: dict[str, int] = field(default_factory=dict)
+    segments: int = 1
+    restart_lines: list[int] = field(default_factory=list)
+    ranks_seen: set[int] = field(default_factory=set)
+    truncated_last_line: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_iterations(self) -> bool:
+        return len(self.iterations) > 0
+
+    def signals_of(self, kind: str) -> list[Signal]:
+        return [s for s in self.signals if s.kind == kind]
+
+    def memory_peaks(self) -> dict[str, dict[str, float]]:
+        """Per rank: the max of each memory statistic over all reports, in bytes."""
+        out: dict[str, dict[str, float]] = {}
+        for rep in self.memory_reports:
+            key = "last" if rep.rank is None and self.source == "megatron-golden" else str(rep.rank)
+            cur = out.setdefault(key, {})
+            for k, v in rep.values_bytes.items():
+                if v == v and (k not in cur or v > cur[k]):
+                    cur[k] = v
+        return out

@@ -1,0 +1,867 @@
+"""Streaming reader for Megatron-LM / Megatron-Bridge / NeMo-Lightning training logs.
+
+One pass over the file in binary mode, line by line, in memory bounded by the number of *iterations* (numeric
+columns, 8 bytes per value) and small capped lists of evidence lines, never by the size of the text. Each line is
+first tested with cheap ``in`` checks on literals; only candidate lines reach a regex, and only lines kept as
+evidence are decoded.
+
+Handled: iteration lines with every field (BPN §3 order; Megatron-DeepSpeed/LLM forks' extra fields are ignored),
+lines wrapped by a terminal at a fixed width (re-joined without a separator: the wrap either split a word or the
+trailing blank was stripped, and field keys are compared with whitespace removed), ANSI colour codes, carriage-return
+progress bars, rank prefixes (``[rank5]:``, ``[default3]:``, ``3: ``) of several ranks interleaved, restarts
+(iteration numbers going back, a new ``[before the start of training step]`` after iterations), duplicated lines
+from several ranks, truncated last lines, gzip-compressed logs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import math
+from collections import deque
+from pathlib import Path
+from typing import IO, Any
+
+from moetune.errors import InputError
+from moetune.evidence.logs import patterns as P
+from moetune.evidence.logs.model import (
+    FLAG_CHECKPOINT,
+    FLAG_EVAL,
+    FLAG_GRAPH_CAPTURE,
+    FLAG_PROFILED,
+    FLAG_SEGMENT_START,
+    FLAG_TRUNCATED,
+    NAN,
+    Event,
+    LineRef,
+    MemoryReport,
+    RunRecord,
+    Signal,
+    TheoreticalMemory,
+    TimerStat,
+)
+
+#: evidence lines kept per signal kind (the count of all of them is kept in ``signal_counts``)
+MAX_SIGNALS_PER_KIND = 50
+MAX_EVENTS = 5000
+MAX_MEMORY_REPORTS = 4096
+MAX_CONFIG_LINES = 20000
+#: physical lines a wrapped record may span
+MAX_WRAP_LINES = 12
+#: a physical line shorter than this was not wrapped by a terminal
+MIN_WRAP_WIDTH = 40
+CONTEXT_LINES = 4
+
+# canonical iteration-line keys: whitespace removed, lower case -> (column, scale)
+_ITER_KEYS: dict[bytes, tuple[str, float]] = {
+    b"consumedsamples": ("consumed_samples", 1.0),
+    b"consumed_samples": ("consumed_samples", 1.0),
+    b"elapsedtimeperiteration(ms)": ("elapsed_s", 1e-3),
+    b"elapsedtimeperiteration(s)": ("elapsed_s", 1.0),
+    b"train_step_timingins": ("elapsed_s", 1.0),
+    b"throughputpergpu(tflop/s/gpu)": ("tflops", 1.0),
+    b"tflops": ("tflops", 1.0),
+    b"learningrate": ("lr", 1.0),
+    b"lr": ("lr", 1.0),
+    b"globalbatchsize": ("gbs", 1.0),
+    b"global_batch_size": ("gbs", 1.0),
+    b"lossscale": ("loss_scale", 1.0),
+    b"gradnorm": ("grad_norm", 1.0),
+    b"numzeros": ("num_zeros", 1.0),
+    b"numberofskippediterations": ("skipped", 1.0),
+    b"numberofnaniterations": ("nan", 1.0),
+    b"global_step": ("global_step", 1.0),
+}
+_PRIMARY_LOSS = {b"lmloss", b"reduced_train_loss", b"loss", b"train_loss"}
+_IGNORED_LOSS = {b"val_loss", b"validation_loss"}
+
+_VERSION_NAMES = {
+    "megatron-core": "megatron-core", "megatroncore": "megatron-core", "megatron_core": "megatron-core",
+    "megatron core": "megatron-core", "mcore": "megatron-core", "megatron-bridge": "megatron-bridge",
+    "megatronbridge": "megatron-bridge", "megatron_bridge": "megatron-bridge", "megatron bridge": "megatron-bridge",
+    "megatron-lm": "megatron-lm", "megatronlm": "megatron-lm", "megatron_lm": "megatron-lm",
+    "megatron lm": "megatron-lm", "transformer-engine": "transformer-engine",
+    "transformerengine": "transformer-engine", "transformer_engine": "transformer-engine",
+    "transformer engine": "transformer-engine", "pytorch": "torch", "torch": "torch", "nccl": "nccl",
+    "nemo": "nemo", "cuda": "cuda", "cudnn": "cudnn", "deepep": "deepep", "nvshmem": "nvshmem",
+    "container": "container", "apex": "apex",
+}
+
+
+def _num(v: bytes) -> float:
+    try:
+        return float(v)
+    except ValueError:
+        return NAN
+
+
+def _dec(b: bytes) -> str:
+    return b.decode("utf-8", "replace").rstrip()
+
+
+def _coerce(text: str) -> Any:
+    t = text.strip()
+    if t in ("None", "null", ""):
+        return None
+    if t in ("True", "true"):
+        return True
+    if t in ("False", "false"):
+        return False
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        return t
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if isinstance(v, dict):
+                out.update(_flatten(v, key))
+            else:
+                out[key] = v
+    return out
+
+
+class _Parser:
+    """Line-by-line state machine filling a :class:`RunRecord`."""
+
+    def __init__(self, rec: RunRecord) -> None:
+        self.rec = rec
+        self.ctx: deque[tuple[int, bytes]] = deque(maxlen=CONTEXT_LINES)
+        self.pending: list[bytes] | None = None  # open wrapped record (physical lines)
+        self.pending_kind = ""
+        self.pending_line = 0
+        self.pending_rank: int | None = None
+        self.pending_width = 0
+        self.block = ""  # "args" | "config" | "timers"
+        self.block_lines: list[bytes] = []
+        self.block_start = 0
+        self.iter_flags = 0  # flags for the next iteration record
+        self.step_flags = 0  # flags for the next Bridge "Step Time" record
+        self.profiling = False
+        self.segment = 0
+        self.new_segment_pending = True
+        self.frames: dict[int | None, deque[str]] = {}
+        self.tb_open: dict[int | None, int] = {}
+        self.key_cache: dict[bytes, tuple[str, Any]] = {}
+        self.sources: set[str] = set()
+        self.last_line_complete = True
+
+    # ---------------------------------------------------------------- helpers
+    def _rank(self, line: bytes) -> tuple[bytes, int | None]:
+        m = P.RANK_PREFIX.match(line)
+        if m is None:
+            return line, None
+        r = m.group(1) or m.group(2)
+        rank = int(r)
+        self.rec.ranks_seen.add(rank)
+        return line[m.end():], rank
+
+    def _event(self, line_no: int, kind: str, text: bytes) -> None:
+        rec = self.rec
+        rec.recognised_lines += 1
+        if len(rec.events) < MAX_EVENTS:
+            it = int(rec.iterations.last("iteration")) if len(rec.iterations) else None
+            rec.events.append(Event(line_no, kind, _dec(text).strip(), it))
+
+    def _signal(self, line_no: int, kind: str, text: bytes, rank: int | None, *, frames: tuple[str, ...] = (),
+                data: dict[str, Any] | None = None, context: bool = False) -> None:
+        rec = self.rec
+        rec.recognised_lines += 1
+        n = rec.signal_counts.get(kind, 0)
+        rec.signal_counts[kind] = n + 1
+        if n >= MAX_SIGNALS_PER_KIND:
+            return
+        ctx: tuple[LineRef, ...] = ()
+        if context:
+            ctx = tuple(LineRef(ln, _dec(t)) for ln, t in self.ctx)
+        rec.signals.append(Signal(line_no, kind, _dec(text).strip(), rank, ctx, frames, data or {}))
+
+    # ---------------------------------------------------------------- driver
+    def feed(self, line_no: int, raw: bytes) -> None:
+        line = raw.rstrip(b"\r\n")
+        if b"\r" in line:  # progress bars overwrite themselves
+            parts = [p for p in line.split(b"\r") if p.strip()]
+            line = parts[-1] if parts else b""
+        if b"\x1b" in line:
+            line = P.ANSI.sub(b"", line)
+        if self.pending is not None:
+            if self._continue_pending(line):
+                self.ctx.append((line_no, line))
+                return
+        if self.block:
+            if self._continue_block(line_no, line):
+                self.ctx.append((line_no, line))
+                return
+        self._dispatch(line_no, line)
+        self.ctx.append((line_no, line))
+
+    def _dispatch(self, line_no: int, line: bytes) -> None:  # noqa: C901 - one flat switch on literals
+        if b"iteration" in line:
+            if self._iteration_line(line_no, line):
+                return
+            if b"(after" in line and b"memory" in line:
+                self._memory_line(line_no, line)
+                return
+            if b"validation loss at iteration" in line or b"validation loss at the end" in line:
+                self.iter_flags |= FLAG_EVAL
+                self._event(line_no, "evaluation", line)
+                return
+            if b"checkpoint" in line:
+                self._checkpoint(line_no, line)
+                return
+        if b"Step Time" in line:
+            m = P.STEP_TIME.search(line)
+            if m:
+                self._step_time(line_no, line, m)
+                return
+        if b"memory" in line:
+            if b"Theoretical memory" in line:
+                self._theoretical(line_no, line)
+                return
+            if b"(after" in line:
+                self._memory_line(line_no, line)
+                return
+        if b"time across ranks" in line:
+            self.block = "timers"
+            self.rec.recognised_lines += 1
+            return
+        if b"time (ms)" in line:
+            self._single_line_timers(line_no, line)
+            return
+        if b"in billions" in line:
+            m = P.PARAM_COUNT.search(line)
+            if m:
+                self.rec.parameter_counts[_dec(m.group(1)).strip()] = float(m.group(2))
+                self.rec.recognised_lines += 1
+                return
+        if b"-----" in line:
+            if self._block_start(line_no, line):
+                return
+        if b"before the start of training step" in line:
+            self.rec.recognised_lines += 1
+            if len(self.rec.iterations):
+                self._restart(line_no, line)
+            return
+        if b"ersion" in line:
+            self._version(line_no, line)
+        self._signals(line_no, line)
+
+    # ---------------------------------------------------------------- iteration lines
+    def _iteration_line(self, line_no: int, line: bytes) -> bool:
+        if b"Training epoch" in line:
+            m2 = P.NEMO_HEAD.search(line)
+            if m2:
+                body, rank = self._rank(line)
+                m2 = P.NEMO_HEAD.search(body)
+                if self.pending is not None:
+                    self._close_pending(truncated=False)
+                self.sources.add("nemo")
+                self._finish_iteration(line_no, body[m2.end():], int(m2.group(2)), int(m2.group(3)), rank,
+                                       complete=True, nemo=True)
+                return True
+        m = P.ITER_HEAD.search(line)
+        if m is None:
+            return False
+        body, rank = self._rank(line)
+        if self.pending is not None:
+            self._close_pending(truncated=False)
+        if b"nan iterations" in line or len(line) < MIN_WRAP_WIDTH:
+            m = P.ITER_HEAD.search(body)
+            self._finish_iteration(line_no, body[m.end():], int(m.group(1)), int(m.group(2)), rank, complete=True)
+        else:
+            self.pending = [body]
+            self.pending_kind = "iteration"
+            self.pending_line = line_no
+            self.pending_rank = rank
+            self.pending_width = len(line)
+        return True
+
+    def _is_continuation(self, line: bytes) -> bool:
+        if not line.strip() or len(self.pending) >= MAX_WRAP_LINES:  # type: ignore[arg-type]
+            return False
+        if len(self.pending[-1]) < MIN_WRAP_WIDTH and self.pending_width < MIN_WRAP_WIDTH:  # type: ignore[index]
+            return False
+        if b"|" not in line and b":" not in line:
+            return False
+        head = line.lstrip()[:12]
+        if head.startswith((b"[", b">", b"Traceback", b"File ", b"(min", b"time (ms)", b"Step Time", b"Number of",
+                            b"Theoretical", b"Training epoch", b"iteration ")):
+            return False
+        return P.ITER_HEAD.search(line) is None
+
+    def _continue_pending(self, line: bytes) -> bool:
+        prev_len = self.pending_width
+        if prev_len >= MIN_WRAP_WIDTH and self._is_continuation(line):
+            self.pending.append(line)  # type: ignore[union-attr]
+            self.pending_width = len(line)
+            joined_tail = line
+            if self.pending_kind == "iteration":
+                done = b"nan iterations" in joined_tail and joined_tail.rstrip().endswith(b"|")
+            else:
+                done = b"max reserved" in joined_tail or b"max-reserved" in joined_tail or b"count" in joined_tail
+            if done:
+                self._close_pending(truncated=False)
+            return True
+        self._close_pending(truncated=False)
+        return False
+
+    def _close_pending(self, *, truncated: bool) -> None:
+        parts, self.pending = self.pending, None
+        if not parts:
+            return
+        text = b"".join(parts)
+        if self.pending_kind == "iteration":
+            m = P.ITER_HEAD.search(text)
+            complete = b"nan iterations" in text
+            self._finish_iteration(self.pending_line, text[m.end():], int(m.group(1)), int(m.group(2)),
+                                   self.pending_rank, complete=complete, truncated=truncated and not complete)
+        else:
+            self._memory_text(self.pending_line, text, self.pending_rank)
+
+    def _finish_iteration(self, line_no: int, rest: bytes, iteration: int, total: int, rank: int | None, *,
+                          complete: bool, truncated: bool = False, nemo: bool = False) -> None:
+        rec = self.rec
+        rec.recognised_lines += 1
+        tab = rec.iterations
+        row: dict[str, float] = {"iteration": float(iteration), "train_iters": float(total), "line": float(line_no)}
+        extra: dict[str, float] | None = None
+        has_primary = False
+        has_loss_scale = False
+        cache = self.key_cache
+        for seg in rest.split(b"|"):
+            k, sep, v = seg.partition(b":")
+            if not sep:
+                continue
+            spec = cache.get(k)
+            if spec is None:
+                spec = cache[k] = self._key_spec(k)
+            kind, arg = spec
+            if kind == "col":
+                col, scale = arg
+                x = _num(v.strip())
+                if x == x or col == "grad_norm":
+                    row[col] = x * scale if x == x else x
+                if col == "loss_scale":
+                    has_loss_scale = True
+            elif kind == "primary":
+                x = _num(v.strip())
+                row["loss"] = x
+                has_primary = True
+            elif kind == "loss":
+                x = _num(v.strip())
+                if extra is None:
+                    extra = {}
+                extra[arg] = x
+        if nemo:
+            gs = row.pop("global_step", None)
+            if gs is not None:
+                row["iteration"] = gs
+        else:
+            row.pop("global_step", None)
+        gn = row.get("grad_norm", NAN)
+        if "grad_norm" in row and not math.isfinite(gn):
+            row["grad_norm_nonfinite"] = 1.0
+        elif "grad_norm" in row and gn != gn:
+            row.pop("grad_norm")
+        row["loss_missing"] = 0.0 if has_primary or nemo or not (complete or has_loss_scale) else 1.0
+        # restarts and duplicates (several ranks printing the same line)
+        it = row["iteration"]
+        if len(tab):
+            last = tab.last("iteration")
+            if it == last and tab.last("elapsed_s") == row.get("elapsed_s", NAN):
+                return
+            if it <= last:
+                self._restart(line_no, b"iteration number went back")
+        flags = self.iter_flags
+        self.iter_flags = 0
+        if self.profiling:
+            flags |= FLAG_PROFILED
+        if truncated:
+            flags |= FLAG_TRUNCATED
+        if self.new_segment_pending:
+            flags |= FLAG_SEGMENT_START
+            self.new_segment_pending = False
+        row["flags"] = float(flags)
+        row["segment"] = float(self.segment)
+        if rank is not None:
+            rec.ranks_seen.add(rank)
+        tab.append(row, extra)
+        self.sources.add("nemo" if nemo else "megatron")
+
+    def _key_spec(self, k: bytes) -> tuple[str, Any]:
+        norm = b"".join(k.split()).lower()
+        if norm in _ITER_KEYS:
+            return "col", _ITER_KEYS[norm]
+        if norm in _PRIMARY_LOSS:
+            return "primary", None
+        if norm.endswith(b"loss") and norm not in _IGNORED_LOSS:
+            return "loss", " ".join(_dec(k).split())
+        return "ignore", None
+
+    def _restart(self, line_no: int, text: bytes) -> None:
+        self.segment += 1
+        self.rec.segments = self.segment + 1
+        self.rec.restart_lines.append(line_no)
+        self.new_segment_pending = True
+        self._event(line_no, "restart", text)
+
+    # ---------------------------------------------------------------- Bridge step time
+    def _step_time(self, line_no: int, line: bytes, m: Any) -> None:
+        rec = self.rec
+        rec.recognised_lines += 1
+        self.sources.add("bridge")
+        flags = self.step_flags | (FLAG_PROFILED if self.profiling else 0)
+        self.step_flags = 0
+        it = rec.iterations.last("iteration") if len(rec.iterations) else NAN
+        rec.step_time.append({"iteration": it, "line": float(line_no), "elapsed_s": float(m.group(1)),
+                              "tflops": float(m.group(2)) if m.group(2) else NAN, "flags": float(flags),
+                              "segment": float(self.segment)})
+
+    # ---------------------------------------------------------------- memory
+    def _memory_line(self, line_no: int, line: bytes) -> None:
+        body, rank = self._rank(line)
+        if P.MEMORY_HEAD.search(body) is None:
+            self._signals(line_no, line)
+            return
+        if self.pending is not None:
+            self._close_pending(truncated=False)
+        done = b"max reserved" in body or b"max-reserved" in body or b"count" in body
+        if done or len(line) < MIN_WRAP_WIDTH:
+            self._memory_text(line_no, body, rank)
+        else:
+            self.pending = [body]
+            self.pending_kind = "memory"
+            self.pending_line = line_no
+            self.pending_rank = rank
+            self.pending_width = len(line)
+
+    def _memory_text(self, line_no: int, text: bytes, prefix_rank: int | None) -> None:
+        m = P.MEMORY_HEAD.search(text)
+        if m is None:
+            return
+        rec = self.rec
+        rec.recognised_lines += 1
+        unit = m.group(3)
+        scale = {b"MB": 2**20, b"MiB": 2**20, b"GB": 1e9, b"GiB": 2**30, b"bytes": 1.0}[unit]
+        values: dict[str, float] = {}
+        for fm in P.MEMORY_FIELD.finditer(text, m.end()):
+            key = fm.group(1).decode().strip().lower()
+            if key.startswith("mem-"):
+                key = key[4:]
+            for suffix in ("-gigabytes", "-megabytes", "-bytes"):
+                if key.endswith(suffix):
+                    key = key[: -len(suffix)]
+            key = key.replace("-", " ")
+            x = _num(fm.group(2))
+            values[key] = x if key in ("alloc retires", "allocated count") else x * scale
+        if len(rec.memory_reports) < MAX_MEMORY_REPORTS:
+            rec.memory_reports.append(MemoryReport(line_no, int(m.group(1)), int(m.group(2)), unit.decode(), values))
+
+    def _theoretical(self, line_no: int, line: bytes) -> None:
+        m = P.THEORETICAL.search(line)
+        if m is None:
+            return
+        self.rec.recognised_lines += 1
+        self.rec.theoretical_memory.append(TheoreticalMemory(
+            line_no, float(m.group(2)), float(m.group(3)) if m.group(3) else None,
+            float(m.group(4)) if m.group(4) else None, "flagscale" if m.group(1) else "megatron"))
+
+    # ---------------------------------------------------------------- timers
+    def _timer(self, line_no: int, name: str, lo: float | None, hi: float) -> None:
+        t = self.rec.timers.get(name)
+        if t is None:
+            self.rec.timers[name] = TimerStat(name, lo, hi, 1, hi, hi, line_no)
+        else:
+            t.last_min_ms, t.last_max_ms = lo, hi
+            t.count += 1
+            t.sum_max_ms += hi
+            t.peak_max_ms = max(t.peak_max_ms, hi)
+
+    def _single_line_timers(self, line_no: int, line: bytes) -> None:
+        body, _ = self._rank(line)
+        idx = body.find(b"time (ms)")
+        self.rec.recognised_lines += 1
+        for seg in body[idx + 9:].split(b"|"):
+            m = P.TIMER_SINGLE_LINE.search(seg)
+            if m:
+                self._timer(line_no, m.group(1).decode().strip(), None, float(m.group(2)))
+
+    # ---------------------------------------------------------------- blocks (args, config, timers)
+    def _block_start(self, line_no: int, line: bytes) -> bool:
+        body, _ = self._rank(line)
+        if P.ARGS_START.match(body):
+            self.block = "args"
+        elif P.CONFIG_START.match(body):
+            self.block = "config"
+        else:
+            return False
+        self.block_lines = []
+        self.block_start = line_no
+        self.rec.recognised_lines += 1
+        return True
+
+    def _continue_block(self, line_no: int, line: bytes) -> bool:
+        body, _ = self._rank(line)
+        kind = self.block
+        if kind == "timers":
+            m = P.TIMER_MINMAX.match(body)
+            if m:
+                self._timer(line_no, m.group(1).decode().strip(), float(m.group(2)), float(m.group(3)))
+                return True
+            self.block = ""
+            return False
+        if kind == "args":
+            if P.ARGS_END.match(body):
+                self._end_args()
+                return True
+            m = P.ARGS_ITEM.match(body)
+            if m and len(self.block_lines) < MAX_CONFIG_LINES:
+                self.block_lines.append(body)
+                return True
+            self._end_args()
+            return False
+        # config YAML: indented or "key: value" lines, until a dash line or something else
+        stripped = body.strip()
+        if P.DASH_LINE.match(body):
+            self._end_config()
+            return True
+        looks_yaml = bool(stripped) and (body[:1] in (b" ", b"\t", b"-") or (b":" in stripped and b" | " not in body))
+        if looks_yaml and len(self.block_lines) < MAX_CONFIG_LINES:
+            self.block_lines.append(body)
+            return True
+        self._end_config()
+        return False
+
+    def _end_args(self) -> None:
+        args: dict[str, Any] = {}
+        for b in self.block_lines:
+            m = P.ARGS_ITEM.match(b)
+            if m:
+                args[m.group(1).decode()] = _coerce(_dec(m.group(2)))
+        self.block, self.block_lines = "", []
+        if args:
+            self.rec.config.update(args)
+            self.rec.config_source = "megatron-arguments"
+            self.rec.recognised_lines += len(args)
+
+    def _end_config(self) -> None:
+        text = b"\n".join(self.block_lines).decode("utf-8", "replace")
+        self.block, self.block_lines = "", []
+        doc = _load_yaml(text)
+        flat = _flatten(doc) if isinstance(doc, dict) else {}
+        if flat:
+            self.rec.config.update(flat)
+            self.rec.config_source = "bridge-config"
+            self.sources.add("bridge")
+            self.rec.recognised_lines += len(flat)
+
+    # ---------------------------------------------------------------- versions, events, signals
+    def _version(self, line_no: int, line: bytes) -> None:
+        versions = self.rec.versions
+        m = P.NCCL_VERSION.search(line)
+        if m:
+            versions.setdefault("nccl", m.group(1).decode())
+            self.rec.recognised_lines += 1
+            return
+        for m in P.VERSION.finditer(line):
+            name = _VERSION_NAMES.get(m.group(1).decode().lower().replace("_", "-"),
+                                      _VERSION_NAMES.get(m.group(1).decode().lower()))
+            if name:
+                versions.setdefault(name, m.group(2).decode())
+                self.rec.recognised_lines += 1
+
+    def _checkpoint(self, line_no: int, line: bytes) -> None:
+        low = line.lower()
+        if b"saving checkpoint" in low or b"saved checkpoint" in low:
+            self.iter_flags |= FLAG_CHECKPOINT
+            self._event(line_no, "checkpoint_save", line)
+        elif b"loading checkpoint" in low or b"loaded checkpoint" in low:
+            self._event(line_no, "checkpoint_load", line)
+            if len(self.rec.iterations) and not self.new_segment_pending:
+                self._restart(line_no, line)
+
+    def _signals(self, line_no: int, line: bytes) -> None:  # noqa: C901 - flat switch on literals
+        if b"Capture range" in line or b"nsys" in line or b"Profil" in line or b"profil" in line:
+            if self._profiler(line_no, line):
+                return
+        if b"checkpoint" in line:
+            self._checkpoint(line_no, line)
+            return
+        if b"raph" in line:
+            low = line.lower()
+            if b"cuda graph" in low or b"cudagraph" in low or b"cuda_graph" in low:
+                if b"captur" in low or b"warmup" in low or b"warm up" in low:
+                    self.iter_flags |= FLAG_GRAPH_CAPTURE
+                    self._event(line_no, "graph_capture", line)
+                    return
+        if b"Watchdog" in line or b"watchdog" in line:
+            m = P.WATCHDOG.search(line)
+            if m:
+                body, rank = self._rank(line)
+                mr = P.WATCHDOG_RANK.search(line)
+                pg = P.PG_TAG.search(line)
+                data = {"seq": int(m.group(1)), "op": m.group(2).decode(),
+                        "numel_in": int(m.group(3)) if m.group(3) else None,
+                        "numel_out": int(m.group(4)) if m.group(4) else None,
+                        "timeout_ms": int(m.group(5)) if m.group(5) else None, "ran_ms": int(m.group(6)),
+                        "rank": int(mr.group(1)) if mr else rank,
+                        "pg": int(pg.group(1)) if pg else None, "pg_name": pg.group(3).decode() if pg and pg.group(3)
+                        else None}
+                self._signal(line_no, "nccl_watchdog", body, rank, data=data)
+                return
+            m = P.LAST_WORK.search(line)
+            if m:
+                body, rank = self._rank(line)
+                pg = P.PG_TAG.search(line)
+                data = {"work": int(m.group(1)), "last_enqueued": int(m.group(2)), "last_completed": int(m.group(3)),
+                        "pg": int(pg.group(1)) if pg else None, "pg_rank": int(pg.group(4)) if pg else None,
+                        "pg_name": pg.group(3).decode() if pg and pg.group(3) else None}
+                self._signal(line_no, "nccl_last_work", body, rank, data=data)
+                return
+        if b"out of memory" in line or b"OutOfMemory" in line:
+            body, rank = self._rank(line)
+            self._signal(line_no, "oom", body, rank, frames=self._take_frames(rank), data=_oom_data(body),
+                         context=True)
+            return
+        if b"num_recv_tokens" in line or b"moe_recv_expert_counter" in line or b"DeepEP" in line or \
+                b"deep_ep" in line or b"HybridEP" in line or b"hybrid_ep" in line:
+            body, rank = self._rank(line)
+            m = P.DEEPEP_RECV.search(body)
+            data = {"num_recv_tokens": int(m.group(1))} if m else {}
+            mr = P.RANK_PREFIX.match(body)
+            if b"Global rank:" in body:
+                try:
+                    data["rank"] = int(body.split(b"Global rank:")[1].split(b",")[0])
+                except ValueError:
+                    pass
+            if b'File "' not in body:
+                self._signal(line_no, "deepep", body, rank if mr is None else rank, data=data)
+                return
+        if b"Traceback (most recent call last)" in line:
+            body, rank = self._rank(line)
+            self.frames[rank] = deque(maxlen=16)
+            self.tb_open[rank] = line_no
+            self.rec.recognised_lines += 1
+            return
+        if b'File "' in line:
+            m = P.FRAME.search(line)
+            if m:
+                body, rank = self._rank(line)
+                fr = self.frames.get(rank)
+                if fr is None:
+                    fr = self.frames[rank] = deque(maxlen=16)
+                    self.tb_open[rank] = line_no
+                fr.append(f"{m.group(1).decode('utf-8', 'replace')}:{int(m.group(2))} in {m.group(3).decode()}")
+                self.rec.recognised_lines += 1
+                return
+        if b"Error" in line or b"Exception" in line or b"error" in line:
+            body, rank = self._rank(line)
+            m = P.EXCEPTION_LINE.match(body)
+            if m:
+                self._signal(line_no, "exception", body, rank, frames=self._take_frames(rank),
+                             data={"type": m.group(1).decode(), "message": _dec(m.group(2) or b"").strip()},
+                             context=True)
+                return
+            if b"DistBackendError" in body or b"NCCL error" in body or b"ncclInternalError" in body or \
+                    b"ncclSystemError" in body or b"ncclUnhandledCudaError" in body or b"ncclRemoteError" in body:
+                self._signal(line_no, "nccl_error", body, rank, context=True)
+                return
+        if b"NCCL" in line:
+            if b"Connection closed by localRank" in line:
+                body, rank = self._rank(line)
+                self._signal(line_no, "nccl_connection_closed", body, rank)
+                return
+            if b"NCCL WARN" in line:
+                body, rank = self._rank(line)
+                self._signal(line_no, "nccl_warn", body, rank)
+                return
+            if b"ncclUniqueId" in line:
+                body, rank = self._rank(line)
+                self._signal(line_no, "nccl_unique_id", body, rank)
+                return
+        if b"exitcode" in line or b"exit code" in line or b"SIGKILL" in line or b"SIGTERM" in line or \
+                b"Killed" in line or b"Signal 9" in line:
+            m = P.EXITCODE.search(line)
+            if m or b"Killed" in line:
+                body, rank = self._rank(line)
+                self._signal(line_no, "process_exit", body, rank)
+                return
+        if b"skipping" in line and b"iteration" in line:
+            self.rec.recognised_lines += 1
+
+    def _profiler(self, line_no: int, line: bytes) -> bool:
+        low = line.lower()
+        if b"capture range started" in low or b"profiler start" in low or b"start profil" in low or \
+                b"cudaprofilerstart" in low or b"completed stage: warm up" in low:
+            self.profiling = True
+            self._event(line_no, "profile_start", line)
+            return True
+        if b"capture range ended" in low or b"profiler stop" in low or b"stop profil" in low or \
+                b"cudaprofilerstop" in low or b"completed stage: collection" in low:
+            self.profiling = False
+            self.iter_flags |= FLAG_PROFILED
+            self.step_flags |= FLAG_PROFILED
+            self._event(line_no, "profile_stop", line)
+            return True
+        if b"nsys-rep" in low or b"nsys-report" in low or b"qdstrm" in low:
+            self.step_flags |= FLAG_PROFILED
+            self._event(line_no, "profile_report", line)
+            return True
+        return False
+
+    def _take_frames(self, rank: int | None) -> tuple[str, ...]:
+        fr = self.frames.pop(rank, None)
+        self.tb_open.pop(rank, None)
+        if fr is None and rank is not None:
+            fr = self.frames.pop(None, None)
+            self.tb_open.pop(None, None)
+        return tuple(fr) if fr else ()
+
+    def finish(self, last_line_complete: bool) -> None:
+        if self.pending is not None:
+            self._close_pending(truncated=True)
+        if self.block == "args":
+            self._end_args()
+        elif self.block == "config":
+            self._end_config()
+        self.block = ""
+        # tracebacks that never reached their exception line (excerpt cut, or interleaved output)
+        for rank, fr in list(self.frames.items()):
+            if fr:
+                start = self.tb_open.get(rank, 0)
+                self._signal(start, "traceback_unterminated", f"traceback with {len(fr)} frames, no exception line"
+                             .encode(), rank, frames=tuple(fr))
+        self.frames.clear()
+        rec = self.rec
+        if "bridge" in self.sources:
+            rec.source = "megatron-bridge"
+        elif "nemo" in self.sources and "megatron" not in self.sources:
+            rec.source = "nemo"
+        else:
+            rec.source = "megatron-lm"
+
+
+def _load_yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        from moetune.io.bridge import load_bridge_dict  # helper C's reader (handles Bridge's YAML tags)
+
+        return load_bridge_dict(text, "log config dump")
+    except Exception:  # noqa: BLE001 - fall back to our own tolerant loader below
+        pass
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def _any(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return loader.construct_scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        return loader.construct_mapping(node)
+
+    Loader.add_multi_constructor("", _any)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - SafeLoader subclass
+    except yaml.YAMLError:
+        out: dict[str, Any] = {}
+        for ln in text.splitlines():
+            k, sep, v = ln.strip().partition(":")
+            if sep and k and " " not in k.strip():
+                out[k.strip()] = _coerce(v)
+        return out
+
+
+def _oom_data(body: bytes) -> dict[str, Any]:
+    """Numbers of a CUDA caching-allocator OOM message (c10/cuda/CUDACachingAllocator.cpp), in bytes."""
+    u = P.UNITS
+    d: dict[str, Any] = {}
+    m = P.OOM_TRIED.search(body)
+    if m:
+        d["requested"] = float(m.group(1)) * u[m.group(2)]
+    m = P.OOM_OLD.search(body)
+    if m:
+        d["gpu"] = int(m.group(1))
+        d["capacity"] = float(m.group(2)) * u[m.group(3)]
+        d["allocated"] = float(m.group(4)) * u[m.group(5)]
+        d["free"] = float(m.group(6)) * u[m.group(7)]
+        d["reserved"] = float(m.group(10)) * u[m.group(11)]
+        d["reserved_unallocated"] = d["reserved"] - d["allocated"]
+    m = P.OOM_NEW_TOTAL.search(body)
+    if m:
+        d["gpu"] = int(m.group(1))
+        d["capacity"] = float(m.group(2)) * u[m.group(3)]
+        d["free"] = float(m.group(4)) * u[m.group(5)]
+    m = P.OOM_NEW_INUSE.search(body)
+    if m:
+        d["process_in_use"] = float(m.group(1)) * u[m.group(2)]
+    m = P.OOM_NEW_ALLOC.search(body)
+    if m:
+        d["allocated"] = float(m.group(1)) * u[m.group(2)]
+    m = P.OOM_NEW_RESERVED.search(body)
+    if m:
+        d["reserved_unallocated"] = float(m.group(1)) * u[m.group(2)]
+        if "allocated" in d:
+            d["reserved"] = d["allocated"] + d["reserved_unallocated"]
+    return d
+
+
+def _open(path: Path) -> IO[bytes]:
+    f = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    head = f.read(2)
+    f.seek(0)
+    if head == b"\x1f\x8b":
+        f.close()
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    return f
+
+
+def _check_path(path: Path) -> None:
+    if not path.exists():
+        raise InputError(f"{path}: no such file", field="log", value=str(path), expected="a training log file")
+    if path.is_dir():
+        raise InputError(f"{path}: is a directory, expected a training log file", field="log", value=str(path))
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})", field="log", value=str(path)) from None
+
+
+def read_text_log(path: Path) -> RunRecord:
+    """Parse one text log (see module docstring)."""
+    rec = RunRecord(path=str(path))
+    parser = _Parser(rec)
+    n = 0
+    nbytes = 0
+    last = b""
+    try:
+        with _open(path) as f:
+            head = f.read(65536)
+            if b"\x00" in head:
+                raise InputError(f"{path}: binary data, expected a text training log", field="log",
+                                 value=str(path), expected="Megatron-LM / Megatron-Bridge / NeMo log text")
+            f.seek(0)
+            feed = parser.feed
+            for raw in f:
+                n += 1
+                nbytes += len(raw)
+                feed(n, raw)
+                last = raw
+    except OSError as exc:  # gzip errors, I/O errors
+        raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})", field="log",
+                         value=str(path)) from None
+    complete = last.endswith(b"\n")
+    parser.finish(complete)
+    rec.lines = n
+    rec.bytes = nbytes
+    rec.truncated_last_line = not complete and n > 0
+    return rec

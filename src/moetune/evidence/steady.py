@@ -1,0 +1,410 @@
+"""Steady-state window and per-run summary (docs/domain.md §7.1 "Windows").
+
+Window rules, applied per run segment (a restart starts a new segment):
+
+1. Warm-up: the first logged iteration of a segment is dropped when it covers the start of training (its iteration
+   number is within one log interval of the start) or follows a restart — it includes step 1 (allocator growth,
+   NCCL communicator setup, kernel autotuning, graph capture). Then leading iterations slower than
+   ``1 + WARMUP_TOLERANCE`` times the segment median are dropped (at most ``WARMUP_MAX_FRACTION`` of it).
+2. Intervals that held an nsys/torch-profiler capture, a checkpoint save, an evaluation or CUDA-graph capture are
+   dropped (one nsys capture inflated a Bridge step from 14.26 to 16.85 s, data/logs), as are intervals with skipped
+   (fp16 loss-scale overflow: no optimizer step) or NaN iterations, and lines without a timing.
+3. A level shift inside the remaining samples (best single split, both sides >= ``SHIFT_MIN_SIDE`` samples, median
+   ratio >= ``SHIFT_MIN_RATIO``, Mann-Whitney U p < ``SHIFT_MAX_P`` after a Bonferroni correction for the number of
+   split points scanned) means the run is not steady across it: the
+   window is the longer side (the later one on a tie), and the shift is reported.
+
+A declared window (``A-B``, inclusive iteration numbers) replaces rules 1 and 3; rule 2 still applies.
+
+Statistics: median and mean of the per-iteration elapsed time (Megatron averages it over the log interval), a
+distribution-free 95 % confidence interval of the median from binomial order statistics, and a 95 % bootstrap
+interval of the mean (``numpy``, fixed seed).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from moetune.errors import InputError
+from moetune.evidence.contract import contract_fields
+from moetune.evidence.logs.model import (
+    FLAG_CHECKPOINT,
+    FLAG_EVAL,
+    FLAG_GRAPH_CAPTURE,
+    FLAG_PROFILED,
+    FLAG_SEGMENT_START,
+    FLAG_TRUNCATED,
+    RunRecord,
+)
+
+WARMUP_TOLERANCE = 0.25
+WARMUP_MAX_FRACTION = 0.2
+SHIFT_MIN_SIDE = 4
+SHIFT_MIN_RATIO = 1.15
+SHIFT_MAX_P = 0.05
+CONFIDENCE = 0.95
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 20240501
+GIB = 2**30
+
+_EXCLUDE_FLAGS = (
+    (FLAG_PROFILED, "profiler capture"),
+    (FLAG_CHECKPOINT, "checkpoint save"),
+    (FLAG_EVAL, "evaluation"),
+    (FLAG_GRAPH_CAPTURE, "CUDA-graph capture"),
+    (FLAG_TRUNCATED, "truncated line"),
+)
+
+
+def parse_window(text: str | None) -> tuple[int, int] | None:
+    """``"41-50"`` -> (41, 50); None passes through. Bad text -> InputError."""
+    if text is None or text == "":
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*[-:]\s*(\d+)\s*", str(text))
+    if not m or int(m.group(1)) > int(m.group(2)):
+        raise InputError.bad_value("--window", text, "FIRST-LAST iteration numbers, e.g. 41-50")
+    return int(m.group(1)), int(m.group(2))
+
+
+@dataclass
+class Window:
+    """The steady samples of a run: indices into the iteration table plus why others were dropped."""
+
+    indices: np.ndarray
+    iterations: np.ndarray
+    times_s: np.ndarray
+    source: str  # "declared" | "detected"
+    excluded: list[dict[str, Any]] = field(default_factory=list)
+    level_shift: dict[str, Any] | None = None
+
+    @property
+    def bounds(self) -> tuple[int, int] | None:
+        if len(self.iterations) == 0:
+            return None
+        return int(self.iterations.min()), int(self.iterations.max())
+
+
+def log_interval(rec: RunRecord) -> int:
+    it = rec.iterations.col("iteration")
+    if len(it) < 2:
+        return int(rec.meta.get("log_interval", 1))
+    d = np.diff(it)
+    d = d[d > 0]
+    return int(np.median(d)) if len(d) else 1
+
+
+def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
+    """Best single split of ``times`` by median ratio; returns (split index, ratio, p) when significant."""
+    n = len(times)
+    if n < 2 * SHIFT_MIN_SIDE:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    best: tuple[int, float] | None = None
+    for k in range(SHIFT_MIN_SIDE, n - SHIFT_MIN_SIDE + 1):
+        left, right = np.median(times[:k]), np.median(times[k:])
+        if left <= 0 or right <= 0:
+            continue
+        score = abs(math.log(right / left))
+        if best is None or score > best[1]:
+            best = (k, score)
+    if best is None or math.exp(best[1]) < SHIFT_MIN_RATIO:
+        return None
+    k = best[0]
+    p = float(mannwhitneyu(times[:k], times[k:], alternative="two-sided").pvalue)
+    p = min(1.0, p * (n - 2 * SHIFT_MIN_SIDE + 1))  # Bonferroni over the candidate split points scanned
+    if p >= SHIFT_MAX_P:
+        return None
+    return k, float(np.median(times[k:]) / np.median(times[:k])), p
+
+
+def steady_window(rec: RunRecord, window: tuple[int, int] | None = None) -> Window:
+    """Select the steady samples of ``rec`` (module docstring)."""
+    tab = rec.iterations
+    n = len(tab)
+    it = tab.col("iteration")
+    t = tab.col("elapsed_s")
+    flags = tab.col("flags").astype(np.int64) if n else np.zeros(0, dtype=np.int64)
+    skipped = np.nan_to_num(tab.col("skipped"), nan=0.0)
+    nans = np.nan_to_num(tab.col("nan"), nan=0.0)
+    seg = tab.col("segment")
+    excluded: list[dict[str, Any]] = []
+    keep = np.ones(n, dtype=bool)
+
+    def drop(i: int, reason: str) -> None:
+        if keep[i]:
+            keep[i] = False
+            excluded.append({"iteration": int(it[i]), "reason": reason})
+
+    if window is not None:
+        for i in range(n):
+            if not (window[0] <= it[i] <= window[1]):
+                keep[i] = False
+    interval = log_interval(rec)
+    start_iter = float(np.nanmin(it)) if n else 0.0
+    for i in range(n):
+        if not keep[i] and window is not None:
+            continue
+        if not math.isfinite(t[i]):
+            drop(i, "no step time")
+            continue
+        if window is None and flags[i] & FLAG_SEGMENT_START:
+            first_of_run = seg[i] == 0 and it[i] <= max(interval, 1) + (1 if rec.source == "nemo" else 0) \
+                and it[i] <= start_iter + interval
+            if first_of_run or seg[i] > 0:
+                drop(i, "warm-up (first logged iteration of the run)" if seg[i] == 0 else "warm-up after restart")
+                continue
+        for bit, reason in _EXCLUDE_FLAGS:
+            if flags[i] & bit:
+                drop(i, reason)
+                break
+        else:
+            if skipped[i] > 0:
+                drop(i, f"{int(skipped[i])} skipped iteration(s) in the interval")
+            elif nans[i] > 0:
+                drop(i, f"{int(nans[i])} NaN iteration(s) in the interval")
+    shift = None
+    if window is None and n:
+        # leading slow iterations per segment
+        for s in np.unique(seg):
+            idx = np.flatnonzero((seg == s) & keep)
+            if len(idx) < 3:
+                continue
+            med = float(np.median(t[idx]))
+            limit = max(1, int(WARMUP_MAX_FRACTION * len(idx)))
+            for j in idx[:limit]:
+                if t[j] > med * (1 + WARMUP_TOLERANCE):
+                    drop(int(j), f"warm-up (slow leading iteration, {t[j]:.3g} s vs median {med:.3g} s)")
+                else:
+                    break
+        idx = np.flatnonzero(keep)
+        found = _shift(t[idx]) if len(idx) else None
+        if found:
+            k, ratio, p = found
+            left, right = idx[:k], idx[k:]
+            chosen, other = (right, left) if len(right) >= len(left) else (left, right)
+            shift = {"at_iteration": int(it[right[0]]), "before_s": float(np.median(t[left])),
+                     "after_s": float(np.median(t[right])), "ratio": ratio, "p_value": p,
+                     "window_side": "after" if chosen is right else "before"}
+            for j in other:
+                drop(int(j), "other side of a level shift")
+    idx = np.flatnonzero(keep)
+    return Window(idx, it[idx], t[idx], "declared" if window else "detected", excluded, shift)
+
+
+def median_ci(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """Distribution-free CI of the median from binomial order statistics (None below 3 samples)."""
+    n = len(x)
+    if n < 3:
+        return None
+    from scipy.stats import binom
+
+    s = np.sort(x)
+    alpha = 1 - confidence
+    lo = int(binom.ppf(alpha / 2, n, 0.5))
+    hi = int(binom.isf(alpha / 2, n, 0.5))
+    lo = max(lo - 1, 0)
+    hi = min(hi, n - 1)
+    return float(s[lo]), float(s[hi])
+
+
+def bootstrap_ci(x: np.ndarray, stat=np.mean, confidence: float = CONFIDENCE,
+                 resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
+    if len(x) < 3:
+        return None
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    idx = rng.integers(0, len(x), size=(resamples, len(x)))
+    vals = stat(x[idx], axis=1)
+    a = (1 - confidence) / 2
+    return float(np.quantile(vals, a)), float(np.quantile(vals, 1 - a))
+
+
+@dataclass
+class RunSummary:
+    """What ``moetune logs`` reports for one run (JSON keys as in the issue)."""
+
+    file: str
+    source: str
+    iterations: int
+    iteration_range: list[int] | None
+    segments: int
+    steady_window: list[int] | None
+    window_source: str
+    samples: int
+    step_time_s: dict[str, Any]
+    tokens_per_s_per_gpu: float | None
+    tflops_per_gpu: dict[str, Any]
+    loss: dict[str, Any]
+    memory: dict[str, Any]
+    config: dict[str, Any]
+    layout: dict[str, Any]
+    versions: dict[str, str]
+    timers_ms: dict[str, Any]
+    excluded: list[dict[str, Any]]
+    level_shift: dict[str, Any] | None
+    bridge_step_time_s: dict[str, Any] | None
+    notes: list[str]
+
+
+def _stats(x: np.ndarray) -> dict[str, Any]:
+    if len(x) == 0:
+        return {"median": None, "mean": None, "ci": None, "mean_ci": None, "min": None, "max": None, "n": 0,
+                "cv": None}
+    ci = median_ci(x)
+    mci = bootstrap_ci(x)
+    mean = float(np.mean(x))
+    return {"median": float(np.median(x)), "mean": mean, "ci": list(ci) if ci else None,
+            "mean_ci": list(mci) if mci else None, "min": float(np.min(x)), "max": float(np.max(x)), "n": int(len(x)),
+            "cv": float(np.std(x) / mean) if len(x) > 1 and mean > 0 else None}
+
+
+def loss_health(rec: RunRecord) -> dict[str, Any]:
+    """Finite loss, NaN iterations (also from missing loss fields or a non-finite grad norm when Megatron's counters
+    stay 0: ``training_log`` prints a loss key only when its interval average is > 0, which NaN is not) and skipped
+    iterations (the per-interval counter summed)."""
+    tab = rec.iterations
+    if not len(tab):
+        return {"finite": None, "nan_iterations": [], "skipped_iterations": 0}
+    it = tab.col("iteration")
+    loss = tab.col("loss")
+    skipped = np.nan_to_num(tab.col("skipped"), nan=0.0)
+    nanc = np.nan_to_num(tab.col("nan"), nan=0.0)
+    missing = tab.col("loss_missing") == 1
+    gn_bad = tab.col("grad_norm_nonfinite") == 1
+    printed_nonfinite = np.isfinite(loss) == False  # noqa: E712 - elementwise
+    printed_nonfinite &= ~missing
+    # loss printed as nan/inf, or omitted while no iteration of the interval was skipped, or grad norm nan/inf
+    nan_mask = (nanc > 0) | (missing & (skipped == 0)) | gn_bad
+    if rec.source != "megatron-golden":
+        nan_mask |= printed_nonfinite & np.isfinite(tab.col("elapsed_s")) & ~missing & (skipped == 0) & \
+            ~np.isnan(tab.col("loss_scale"))
+    nan_iters = [int(x) for x in it[nan_mask]]
+    finite = np.isfinite(loss) & ~missing
+    reasons = []
+    if (nanc > 0).any():
+        reasons.append("Megatron's nan-iteration counter")
+    if (missing & (skipped == 0)).any():
+        reasons.append("loss field missing with no skipped iteration (Megatron omits NaN losses)")
+    if gn_bad.any():
+        reasons.append("grad norm nan/inf")
+    fl = loss[finite]
+    return {
+        "finite": not nan_iters,
+        "nan_iterations": nan_iters,
+        "nan_counter_total": int(nanc.sum()),
+        "nan_detected_by": reasons,
+        "skipped_iterations": int(skipped.sum()),
+        "skipped_at": [int(x) for x in it[skipped > 0]],
+        "first": float(fl[0]) if len(fl) else None,
+        "last": float(fl[-1]) if len(fl) else None,
+        "min": float(fl.min()) if len(fl) else None,
+        "loss_scale_last": float(tab.last("loss_scale")) if math.isfinite(tab.last("loss_scale")) else None,
+        "extra_losses": {k: float(v[np.isfinite(v)][-1]) for k, v in
+                         ((k, tab.col(k)) for k in tab.extra_losses) if np.isfinite(v).any()},
+    }
+
+
+def memory_summary(rec: RunRecord) -> dict[str, Any]:
+    peaks = rec.memory_peaks()
+    per_rank = {r: {k.replace(" ", "_") + ("_gib" if k not in ("alloc retires", "allocated count") else ""):
+                    (v / GIB if k not in ("alloc retires", "allocated count") else v) for k, v in vals.items()}
+                for r, vals in peaks.items()}
+    out: dict[str, Any] = {"per_rank": per_rank}
+    for key in ("max allocated", "max reserved", "allocated", "reserved"):
+        vals = [v[key] for v in peaks.values() if key in v]
+        if vals:
+            out[f"peak_{key.replace(' ', '_')}_gib"] = max(vals) / GIB
+    if rec.memory_reports:
+        out["report_unit"] = rec.memory_reports[0].unit
+    if rec.meta.get("memory_rank"):
+        out["rank_note"] = rec.meta["memory_rank"]
+    if rec.theoretical_memory:
+        th = rec.theoretical_memory[0]
+        out["theoretical_mib"] = {"weight_and_optimizer": th.weight_and_optimizer_mib, "activation": th.activation_mib,
+                                  "total": th.total_mib, "source": th.source}
+    if rec.parameter_counts:
+        out["parameters_billions"] = dict(rec.parameter_counts)
+    return out
+
+
+def summarize_run(rec: RunRecord, window: tuple[int, int] | str | None = None, *, gpus: int | None = None,
+                  seq_length: int | None = None) -> RunSummary:
+    """Summarise one run over its steady window (declared ``window`` or detected)."""
+    if isinstance(window, str):
+        window = parse_window(window)
+    w = steady_window(rec, window)
+    tab = rec.iterations
+    notes: list[str] = []
+    fields = contract_fields(rec)
+    it_all = tab.col("iteration")
+    st = _stats(w.times_s)
+    tfl = tab.col("tflops")[w.indices] if len(w.indices) else np.zeros(0)
+    tfl = tfl[np.isfinite(tfl)]
+    tflops = {"median": float(np.median(tfl)) if len(tfl) else None,
+              "mean": float(np.mean(tfl)) if len(tfl) else None, "source": "iteration lines" if len(tfl) else None}
+    bridge = None
+    if len(rec.step_time):
+        sflags = rec.step_time.col("flags").astype(np.int64)
+        sel = (sflags & FLAG_PROFILED) == 0
+        sv = rec.step_time.col("elapsed_s")
+        bridge = _stats(sv[sel])
+        bridge["excluded_profiled"] = [float(x) for x in sv[~sel]]
+        stf = rec.step_time.col("tflops")[sel]
+        stf = stf[np.isfinite(stf)]
+        bridge["tflops_median"] = float(np.median(stf)) if len(stf) else None
+        if tflops["median"] is None and len(stf):
+            tflops = {"median": float(np.median(stf)), "mean": float(np.mean(stf)),
+                      "source": "Step Time … GPU utilization lines (rank 0)"}
+    gbs = fields.get("global_batch_size")
+    seq = seq_length or fields.get("seq_length")
+    ngpu = gpus or fields.get("gpus")
+    tokens = None
+    if st["median"] and gbs and seq and ngpu:
+        tokens = float(gbs) * float(seq) / st["median"] / float(ngpu)
+    elif st["median"]:
+        missing = [n for n, v in (("sequence length", seq), ("GPU count", ngpu), ("global batch size", gbs)) if not v]
+        notes.append("tokens/s/GPU needs " + ", ".join(missing) + " (not printed in the log; pass --seq-length/--gpus)")
+    if w.level_shift:
+        ls = w.level_shift
+        notes.append(f"step time shifts at iteration {ls['at_iteration']}: {ls['before_s']:.4g} s -> "
+                     f"{ls['after_s']:.4g} s (x{ls['ratio']:.3g}); window uses the {ls['window_side']} side")
+    if 0 < len(w.indices) < 6:
+        notes.append(f"only {len(w.indices)} steady samples (screens use 6-12, acceptance >= 50 steps)")
+    if rec.truncated_last_line:
+        notes.append("last line of the file is truncated")
+    if rec.segments > 1:
+        notes.append(f"{rec.segments - 1} restart(s) at line(s) {rec.restart_lines[:10]}")
+    layout = {k: fields.get(k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp", "pipeline_layout", "micro_batch_size",
+                                         "global_batch_size", "seq_length", "gpus", "precision", "dispatcher")
+              if fields.get(k) is not None}
+    timers = {name: {"last_min": t.last_min_ms, "last_max": t.last_max_ms, "mean_max": t.mean_max_ms,
+                     "count": t.count} for name, t in rec.timers.items()}
+    return RunSummary(
+        file=rec.path,
+        source=rec.source,
+        iterations=len(tab),
+        iteration_range=[int(it_all.min()), int(it_all.max())] if len(tab) else None,
+        segments=rec.segments,
+        steady_window=list(w.bounds) if w.bounds else None,
+        window_source=w.source,
+        samples=len(w.indices),
+        step_time_s=st,
+        tokens_per_s_per_gpu=tokens,
+        tflops_per_gpu=tflops,
+        loss=loss_health(rec),
+        memory=memory_summary(rec),
+        config={k: v for k, v in rec.config.items()} | ({"config_source": rec.config_source} if rec.config_source
+                                                       else {}),
+        layout=layout,
+        versions=dict(rec.versions),
+        timers_ms=timers,
+        excluded=w.excluded,
+        level_shift=w.level_shift,
+        bridge_step_time_s=bridge,
+        notes=notes,
+    )
