@@ -158,3 +158,26 @@ def test_meshes_tile_world(tp, cp, pp, ep, etp, mult):
             assert w % w_min == 0
         else:
             assert w % w_min != 0
+
+
+def test_layout_helpers():
+    lay = Layout(pp=8, ep=32, pipeline_layout="Et*3|(tt|)*29m|L")
+    assert lay.vpp_size == 4  # VPP from the layout string (MCore PipelineParallelLayerLayout)
+    assert Layout(pp=4, vpp=2).vpp_size == 2 and Layout().vpp_size == 1
+    assert Layout(tp=2, cp=3, ep=8).min_world_size() == 24
+    assert Layout(tp=2, ep=8).num_microbatches(32, 64, 2) == 2
+
+
+def test_validate_job():
+    from moetune.catalog.systems import get_system
+    from moetune.spec.job import Job
+    from moetune.spec.validate import validate_job
+
+    job = Job(model=get_model("Qwen3-30B-A3B"), system=get_system("H100"), gpus=16, global_batch_size=512,
+              seq_length=4096, layout=Layout(tp=2, ep=8))
+    validate_job(job)
+    assert job.num_microbatches == 64
+    with pytest.raises(LayoutError, match="PAR-035"):
+        validate_job(job.with_(global_batch_size=500))
+    with pytest.raises(LayoutError, match="PAR-002"):
+        validate_job(job.with_(layout=Layout(tp=2, ep=32)))

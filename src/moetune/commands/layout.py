@@ -66,7 +66,7 @@ def layout_report(
         "tp": tp, "pp": pp, "vpp": None, "cp": cp, "ep": ep, "etp": e_tp,
         "dp": dp,
         "edp": edp,
-        "num_microbatches": gbs // (mbs * dp) if gbs is not None else None,
+        "num_microbatches": lay.num_microbatches(gpus, gbs, mbs) if gbs is not None else None,
         "min_gpus": min_world_size(lay),
         "attention_mesh": {"tp": tp, "cp": cp, "dp": dp, "pp": pp, "shape": f"TP{tp}×CP{cp}×DP{dp}×PP{pp}"},
         "moe_mesh": {"etp": e_tp, "ep": ep, "edp": edp, "pp": pp, "shape": f"ETP{e_tp}×EP{ep}×EDP{edp}×PP{pp}"},

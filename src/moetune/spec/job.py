@@ -36,7 +36,7 @@ class Job(BaseModel):
     @property
     def num_microbatches(self) -> int:
         """m = GBS / (MBS * DP) — dense DP, not EDP (docs/domain.md §2.1)."""
-        return self.global_batch_size // (self.micro_batch_size * self.dp)
+        return self.layout.num_microbatches(self.gpus, self.global_batch_size, self.micro_batch_size)
 
     @property
     def tokens_per_step(self) -> int:

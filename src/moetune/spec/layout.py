@@ -39,8 +39,23 @@ class Layout(BaseModel):
 
     @property
     def vpp_size(self) -> int:
-        """VPP as an int (1 = not interleaved)."""
+        """VPP as an int (1 = not interleaved); with a ``pipeline_layout`` string and no explicit VPP, the
+        layout's #stages / PP (MCore ``PipelineParallelLayerLayout`` sets VPP that way)."""
+        if self.vpp is None and self.pipeline_layout is not None:
+            from moetune.spec.pipeline import layout_vpp
+
+            return layout_vpp(self.pipeline_layout, self.pp)
         return self.vpp or 1
+
+    def min_world_size(self) -> int:
+        """Smallest legal GPU count ``PP · lcm(TP·CP, ETP·EP)`` (see :func:`moetune.spec.validate.min_world_size`)."""
+        from moetune.spec.validate import min_world_size_of
+
+        return min_world_size_of(self.tp, self.cp, self.pp, self.ep, self.expert_tp)
+
+    def num_microbatches(self, world_size: int, global_batch_size: int, micro_batch_size: int = 1) -> int:
+        """m = GBS / (MBS · DP) with the dense DP (``ConstantNumMicroBatchesCalculator``; docs/domain.md §2.1)."""
+        return global_batch_size // (micro_batch_size * self.dp(world_size))
 
     def dp(self, world_size: int) -> int:
         """Dense data-parallel size DP = W / (TP*CP*PP) (integer division; validity is checked elsewhere)."""

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 def min_world_size(layout: Layout) -> int:
     """Smallest GPU count for a layout: ``PP · lcm(TP·CP, ETP·EP)`` (PAR-004; not ``PP·max(...)``, TOPO-008)."""
-    return layout.pp * lcm(layout.tp * layout.cp, layout.expert_tp * layout.ep)
+    return min_world_size_of(layout.tp, layout.cp, layout.pp, layout.ep, layout.expert_tp)
 
 
 def min_world_size_of(tp: int, cp: int, pp: int, ep: int, etp: int) -> int:
