@@ -1,0 +1,115 @@
+"""Embedded Megatron-Bridge performance recipes (``recipes.json``, produced by ``bench/extract_recipes.py`` from
+Bridge's flat perf recipes ``src/megatron/bridge/perf_recipes/<family>/<gpu>/<model>.py`` at the commit recorded in
+the file's ``source``).
+
+``recipe_config(name)`` returns the nested ConfigContainer dict a recipe builds: the provider/bridge architecture
+fields of its model (Bridge provider values), Bridge's MoE model-bridge defaults (docs/rules.md §1), then every
+field the recipe assigns. It works without ../shared (package data only).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+from moetune.errors import UnknownNameError
+
+#: Bridge defaults that a recipe inherits from the HF model bridge / GPTModelProvider when it does not set them
+#: (docs/rules.md §1: MoE bridges set grouped GEMM + permute fusion + alltoall; providers use dropout 0, no bias;
+#: GPTModelProvider enables gradient-accumulation fusion when TE is importable).
+PROVIDER_DEFAULTS: dict[str, Any] = {
+    "moe_token_dispatcher_type": "alltoall", "moe_grouped_gemm": True, "moe_permute_fusion": True,
+    "hidden_dropout": 0.0, "attention_dropout": 0.0, "add_bias_linear": False, "gradient_accumulation_fusion": True,
+    "bias_dropout_fusion": False,
+}
+
+
+@lru_cache(maxsize=1)
+def _data() -> dict:
+    return json.loads(resources.files("moetune.catalog").joinpath("recipes.json").read_text())
+
+
+def _expand(r: dict) -> dict:
+    blocks = _data()["blocks"]
+    cfg = {sec: copy.deepcopy(blocks[sec][ix]) for sec, ix in r["config"].items()}
+    return {**r, "config": cfg, "env_vars": dict(blocks["env_vars"][r["env_vars"]])}
+
+
+def list_recipes() -> list[dict]:
+    """Summary rows: name, model, task, gpus, system, gpu, precision, variant."""
+    return [{k: r[k] for k in ("name", "model", "task", "gpus", "system", "gpu", "precision", "variant")}
+            for r in _data()["recipes"]]
+
+
+def _norm(s: str) -> str:
+    return s.lower().replace("-", "").replace("_", "").replace(".", "").replace(" ", "")
+
+
+def get_recipe(name: str) -> dict:
+    """Full recipe record (config sections expanded). Raises :class:`UnknownNameError`."""
+    key = name.strip().removesuffix("()")
+    for r in _data()["recipes"]:
+        if r["name"] == key or r["name"] == f"{key}_config":
+            return _expand(r)
+    raise UnknownNameError("recipe", name, [r["name"] for r in _data()["recipes"]])
+
+
+def find_recipe(model_name: str, system_name: str, gpus: int | None = None, precision: str | None = None,
+                task: str = "pretrain") -> dict | None:
+    """Best matching recipe for a model on a system (GPU count / precision optional); None when there is none."""
+    m, s = _norm(model_name), _norm(system_name)
+    p = _norm(precision) if precision else None
+    cands = []
+    for r in _data()["recipes"]:
+        if _norm(r["model"]) != m:
+            continue
+        if s not in (_norm(r["system"]), _norm(r["gpu"])) and _norm(r["gpu"]) not in s:
+            continue
+        if p and p not in (_norm(r["precision"]), _norm(r["precision"]).replace("fp8", "fp8")):
+            continue
+        if task and r["task"] != task:
+            continue
+        cands.append(r)
+    if not cands:
+        return None
+    cands.sort(key=lambda r: (r["variant"] is not None, abs((r["gpus"] or 0) - (gpus or r["gpus"] or 0)),
+                              r["gpus"] or 0))
+    return _expand(cands[0])
+
+
+def model_arch_fields(model: str) -> dict:
+    """Bridge provider architecture fields for a recipe model name (may be empty when Bridge derives it from HF)."""
+    return dict(_data()["models"].get(model, {}).get("arch", {}))
+
+
+def recipe_config(name: str) -> dict:
+    """Effective nested config (input form) of a recipe: arch + provider defaults + recipe fields + env vars."""
+    r = get_recipe(name)
+    cfg = copy.deepcopy(r["config"])
+    arch = model_arch_fields(r["model"])
+    if not arch:
+        arch = _catalog_arch(r["model"])
+    model = {**PROVIDER_DEFAULTS, **arch, **cfg.get("model", {})}
+    if model.get("add_bias_linear") is None:
+        model["add_bias_linear"] = False
+    cfg["model"] = model
+    cfg["env_vars"] = dict(r["env_vars"])
+    cfg["frontend"] = "bridge"
+    cfg["_meta"] = {"recipe": r["name"], "model": r["model"], "gpus": r["gpus"], "system": r["system"],
+                    "gpu": r["gpu"], "precision": r["precision"], "task": r["task"], "variant": r["variant"],
+                    "moe": True, "arch_unknown": "num_layers" not in arch}
+    return cfg
+
+
+def _catalog_arch(model: str) -> dict:
+    """Architecture fields from moetune's model catalog when Bridge builds the model from a HF config."""
+    try:
+        from moetune.catalog.models import get_model
+        from moetune.io.config_to_job import arch_to_model_fields
+
+        return arch_to_model_fields(get_model(model))
+    except Exception:  # noqa: BLE001 - not in the catalog: architecture stays unknown
+        return {}

@@ -1,0 +1,493 @@
+"""Convert between the nested effective-config dict (Bridge ConfigContainer names) and a :class:`moetune.spec.Job`.
+
+* :func:`job_from_config` builds ``ModelArch`` (from model fields, or a catalog model), ``Layout`` and ``Features``
+  from a config as the library sees it (after the effective-config replay); every default it fills in is listed in
+  ``Job.assumptions``.
+* :func:`job_to_config` is the inverse used for the planner's launch output and for :func:`moetune.rules.check_job`.
+* :func:`config_to_megatron_args` / :func:`config_to_bridge_overrides` render a config so that it round-trips through
+  :func:`moetune.io.megatron_args.read_megatron_args` / Hydra overrides.
+
+Field semantics follow Megatron-Core ``TransformerConfig`` and Megatron-LM ``arguments.py`` (hybrid patterns:
+``M`` Mamba, ``*`` attention, ``E`` MoE, ``-`` MLP as in ``megatron/core/ssm/mamba_hybrid_layer_allocation.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from moetune.errors import InputError
+from moetune.io.megatron_args import FLAGS
+from moetune.io.overrides import format_override, format_value
+from moetune.rules.effective import MODEL_DEFAULTS, effective_config
+from moetune.rules.engine import Env, gpu_key
+from moetune.spec import Features, Job, Layout, ModelArch, System
+
+#: tokenizer default vocab sizes when a config gives no vocab (Megatron-LM tokenizer defaults)
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "NullTokenizer": None}
+_HYBRID = {"M": ("M", "_"), "*": ("A", "_"), "E": ("_", "E"), "-": ("_", "D"), "G": ("G", "_")}
+
+
+def _precision(model: dict, mp: Any) -> str:
+    src = mp if isinstance(mp, dict) else model
+    if src.get("fp4"):
+        return "nvfp4"
+    if src.get("fp8"):
+        return {"delayed": "fp8_delayed", "tensorwise": "fp8_cs", "blockwise": "fp8_blockwise",
+                "mxfp8": "mxfp8"}.get(src.get("fp8_recipe") or "delayed", "fp8_cs")
+    if src.get("fp16"):
+        return "fp16"
+    return "bf16"
+
+
+def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | None = None,
+                           assumptions: list[str] | None = None) -> ModelArch:
+    """ModelArch from ``model.*`` fields (raises InputError naming a missing required field)."""
+    notes = assumptions if assumptions is not None else []
+    pattern = m.get("hybrid_layer_pattern") or m.get("hybrid_override_pattern")
+    for req in ("hidden_size", "num_attention_heads") + (() if pattern else ("num_layers",)):
+        if not m.get(req):
+            raise InputError(f"model.{req} missing: cannot build the model architecture (give it or --model NAME)")
+    if pattern:
+        pattern = str(pattern).replace("|", "").replace("/", "")
+        bad = set(pattern) - set(_HYBRID)
+        if bad:
+            raise InputError.bad_value("model.hybrid_layer_pattern", pattern, "chars M * E - G")
+        mixer = "".join(_HYBRID[ch][0] for ch in pattern)
+        mlp = "".join(_HYBRID[ch][1] for ch in pattern)
+        nl = len(pattern)
+    else:
+        nl = int(m["num_layers"])
+        mixer = "A" * nl
+        freq = m.get("moe_layer_freq", 1)
+        if m.get("num_moe_experts"):
+            if isinstance(freq, list):
+                if len(freq) != nl:
+                    raise InputError(f"model.moe_layer_freq has {len(freq)} entries, num_layers is {nl}")
+                mlp = "".join("E" if f else "D" for f in freq)
+            else:
+                mlp = "".join("E" if i % int(freq) == 0 else "D" for i in range(nl))
+        else:
+            mlp = "D" * nl
+    h = int(m["hidden_size"])
+    ffn = m.get("ffn_hidden_size")
+    if ffn is None:
+        ffn = 4 * h
+        if "D" in mlp:
+            notes.append(f"ffn_hidden_size unset: MCore default 4*hidden_size={ffn}")
+    vocab = m.get("vocab_size") or m.get("padded_vocab_size") or (tokenizer or {}).get("vocab_size")
+    if not vocab:
+        tok = (tokenizer or {}).get("tokenizer_type") or "GPT2BPETokenizer"
+        vocab = TOKENIZER_VOCAB.get(tok) or 32000
+        notes.append(f"vocab_size unknown: assumed {vocab} ({tok} default)")
+    act = str(m.get("activation_func") or ("silu" if m.get("gated_linear_unit") else "gelu")).lower()
+    if "squared" in act:
+        activation = "squared_relu"
+    elif m.get("gated_linear_unit"):
+        activation = "swiglu_clamped" if m.get("activation_func_clamp_value") else (
+            "geglu" if "gelu" in act else "swiglu")
+    else:
+        activation = "relu" if act == "relu" else "gelu"
+    is_moe = "E" in mlp
+    moe_ffn = m.get("moe_ffn_hidden_size") or (ffn if is_moe else None)
+    if is_moe and not m.get("moe_ffn_hidden_size"):
+        notes.append(f"moe_ffn_hidden_size unset: falls back to ffn_hidden_size={ffn} (MCore)")
+    mla = bool(m.get("multi_latent_attention"))
+    kw: dict[str, Any] = dict(
+        name=name, num_layers=nl, hidden_size=h, ffn_hidden_size=int(ffn),
+        num_attention_heads=int(m["num_attention_heads"]), num_query_groups=m.get("num_query_groups"),
+        kv_channels=m.get("kv_channels"), vocab_size=int(vocab),
+        make_vocab_size_divisible_by=int(m.get("make_vocab_size_divisible_by") or 128),
+        untie_embeddings_and_output_weights=not bool(m.get("share_embeddings_and_output_weights", False)),
+        gated_linear_unit=bool(m.get("gated_linear_unit", activation in ("swiglu", "geglu", "swiglu_clamped"))),
+        activation=activation, normalization="LayerNorm" if m.get("normalization") == "LayerNorm" else "RMSNorm",
+        qk_layernorm=bool(m.get("qk_layernorm")), add_bias_linear=bool(m.get("add_bias_linear", False)),
+        add_qkv_bias=bool(m.get("add_qkv_bias")), mixer_pattern=mixer, mlp_pattern=mlp,
+        multi_latent_attention=mla, mtp_num_layers=int(m.get("mtp_num_layers") or 0),
+    )
+    if mla:
+        kw.update(q_lora_rank=m.get("q_lora_rank"), kv_lora_rank=m.get("kv_lora_rank") or 512,
+                  qk_head_dim=m.get("qk_head_dim") or 128, qk_pos_emb_head_dim=m.get("qk_pos_emb_head_dim") or 64,
+                  v_head_dim=m.get("v_head_dim") or 128)
+        for k, d in (("kv_lora_rank", 512), ("qk_head_dim", 128), ("qk_pos_emb_head_dim", 64), ("v_head_dim", 128)):
+            if not m.get(k):
+                notes.append(f"{k} unset: MCore MLATransformerConfig default {d}")
+    if is_moe:
+        kw.update(num_moe_experts=int(m["num_moe_experts"]), moe_router_topk=int(m.get("moe_router_topk") or 2),
+                  moe_ffn_hidden_size=int(moe_ffn),
+                  moe_shared_expert_intermediate_size=m.get("moe_shared_expert_intermediate_size"),
+                  moe_router_num_groups=m.get("moe_router_num_groups"),
+                  moe_router_group_topk=m.get("moe_router_group_topk"), moe_latent_size=m.get("moe_latent_size"))
+        if m.get("moe_router_topk") is None:
+            notes.append("moe_router_topk unset: MCore default 2")
+    for k in ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups", "linear_num_key_heads",
+              "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim"):
+        if m.get(k) is not None:
+            kw[k] = m[k]
+    try:
+        return ModelArch(**kw)
+    except ValueError as e:
+        raise InputError(f"model fields do not form a valid architecture: {str(e).splitlines()[0]}") from None
+
+
+def arch_to_model_fields(arch: ModelArch) -> dict:
+    """Inverse of :func:`arch_from_model_fields` (``model.*`` fields of a ConfigContainer)."""
+    f: dict[str, Any] = {
+        "num_layers": arch.num_layers, "hidden_size": arch.hidden_size, "ffn_hidden_size": arch.ffn_hidden_size,
+        "num_attention_heads": arch.num_attention_heads, "num_query_groups": arch.num_query_groups,
+        "kv_channels": arch.kv_channels, "vocab_size": arch.vocab_size,
+        "make_vocab_size_divisible_by": arch.make_vocab_size_divisible_by,
+        "share_embeddings_and_output_weights": not arch.untie_embeddings_and_output_weights,
+        "gated_linear_unit": arch.gated_linear_unit, "normalization": arch.normalization,
+        "qk_layernorm": arch.qk_layernorm, "add_bias_linear": arch.add_bias_linear, "add_qkv_bias": arch.add_qkv_bias,
+        "activation_func": {"swiglu": "silu", "swiglu_clamped": "silu", "geglu": "gelu"}.get(arch.activation,
+                                                                                              arch.activation),
+    }
+    hybrid = any(c not in "AW" for c in arch.mixer_pattern) or "_" in arch.mlp_pattern
+    if hybrid:
+        inv = {v: k for k, v in _HYBRID.items()}
+        f["hybrid_layer_pattern"] = "".join(inv.get((a, b), "*") for a, b in zip(arch.mixer_pattern, arch.mlp_pattern,
+                                                                                  strict=True))
+        f["is_hybrid_model"] = True
+    if arch.multi_latent_attention:
+        f.update(multi_latent_attention=True, q_lora_rank=arch.q_lora_rank, kv_lora_rank=arch.kv_lora_rank,
+                 qk_head_dim=arch.qk_head_dim, qk_pos_emb_head_dim=arch.qk_pos_emb_head_dim,
+                 v_head_dim=arch.v_head_dim)
+    if arch.is_moe:
+        f.update(num_moe_experts=arch.num_moe_experts, moe_router_topk=arch.moe_router_topk,
+                 moe_ffn_hidden_size=arch.moe_ffn_hidden_size,
+                 moe_shared_expert_intermediate_size=arch.moe_shared_expert_intermediate_size,
+                 moe_router_num_groups=arch.moe_router_num_groups, moe_router_group_topk=arch.moe_router_group_topk,
+                 moe_latent_size=arch.moe_latent_size)
+        if not hybrid:
+            flags = [1 if c == "E" else 0 for c in arch.mlp_pattern]
+            f["moe_layer_freq"] = 1 if all(flags) else flags
+    if arch.mtp_num_layers:
+        f["mtp_num_layers"] = arch.mtp_num_layers
+    for k in ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups", "linear_num_key_heads",
+              "linear_num_value_heads"):
+        if getattr(arch, k) is not None:
+            f[k] = getattr(arch, k)
+    return {k: v for k, v in f.items() if v is not None}
+
+
+def job_from_config(cfg: dict, *, system: str | System | None = None, gpus: int | None = None,
+                    model: str | ModelArch | None = None) -> Job:
+    """Job from a nested config (Megatron-LM or Bridge form). ``system``/``gpus``/``model`` fill what the config
+    lacks (a recipe's ``_meta`` supplies them for recipe configs)."""
+    from moetune.catalog.models import get_model
+    from moetune.catalog.systems import get_system
+
+    notes: list[str] = []
+    meta = cfg.get("_meta") or {}
+    gpus = gpus or meta.get("gpus")
+    if not gpus:
+        raise InputError("world size unknown: pass --gpus N")
+    sysname = system or meta.get("system")
+    if sysname is None:
+        sysname = "DGX-H100"
+        notes.append("system unknown: assumed DGX-H100")
+    sysobj = sysname if isinstance(sysname, System) else get_system(sysname)
+    eff = effective_config(cfg, Env(gpus=gpus, gpu=gpu_key(sysobj.gpu.name)))
+    m = eff["model"]
+    if isinstance(model, ModelArch):
+        arch = model
+    elif model is not None:
+        arch = get_model(model)
+    elif m.get("num_layers") or m.get("hybrid_layer_pattern"):
+        try:
+            arch = arch_from_model_fields(m, name=meta.get("model") or "config", tokenizer=eff.get("tokenizer"),
+                                          assumptions=notes)
+        except InputError:
+            if not meta.get("model"):
+                raise
+            arch = get_model(meta["model"])
+    elif meta.get("model"):
+        arch = get_model(meta["model"])
+    else:
+        raise InputError("model.num_layers missing: give the model fields or --model NAME")
+    train = eff.get("train", {})
+    gbs = train.get("global_batch_size")
+    sched = train.get("step_batch_size_schedule") or train.get("rampup_batch_size")
+    if not gbs and sched:
+        last = str(sched if isinstance(sched, str) else " ".join(map(str, sched))).split()[-1]
+        gbs = int(last.split(":")[-1]) if last.split(":")[-1].isdigit() else None
+        if gbs:
+            notes.append(f"global batch size from the batch-size schedule's final value {gbs}")
+    if not gbs:
+        raise InputError("train.global_batch_size missing")
+    seq = m.get("seq_length") or (eff.get("dataset") or {}).get("seq_length")
+    if not seq:
+        raise InputError("model.seq_length missing")
+    lay = m.get("pipeline_model_parallel_layout")
+    layout = Layout(
+        tp=m["tensor_model_parallel_size"], pp=m["pipeline_model_parallel_size"],
+        vpp=m.get("virtual_pipeline_model_parallel_size"),
+        pipeline_layout=lay if isinstance(lay, str) and not lay.startswith("<") else None,
+        num_layers_in_first_pipeline_stage=m.get("num_layers_in_first_pipeline_stage"),
+        num_layers_in_last_pipeline_stage=m.get("num_layers_in_last_pipeline_stage"),
+        account_for_embedding_in_pipeline_split=bool(m.get("account_for_embedding_in_pipeline_split")),
+        account_for_loss_in_pipeline_split=bool(m.get("account_for_loss_in_pipeline_split")),
+        cp=m["context_parallel_size"], ep=m["expert_model_parallel_size"], etp=m.get("expert_tensor_parallel_size"),
+    )
+    features = features_from_effective(eff, notes)
+    return Job(model=arch, system=sysobj, gpus=int(gpus), global_batch_size=int(gbs),
+               micro_batch_size=int(train.get("micro_batch_size") or 1), seq_length=int(seq), layout=layout,
+               features=features, assumptions=tuple(notes))
+
+
+_RMODS = {"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj", "mhc"}
+
+
+def features_from_effective(eff: dict, notes: list[str]) -> Features:
+    m, ddp, opt = eff["model"], eff["ddp"], eff["optimizer"]
+    gran = m.get("recompute_granularity")
+    rmods = tuple(x for x in (m.get("recompute_modules") or []) if x in _RMODS) if gran == "selective" else ()
+    dropped = [x for x in (m.get("recompute_modules") or []) if x not in _RMODS] if gran == "selective" else []
+    if dropped:
+        notes.append(f"recompute modules {dropped} not modelled")
+    impl = m.get("cuda_graph_impl") or "none"
+    scope = tuple(m.get("cuda_graph_modules") or [])
+    if impl == "full_iteration":
+        impl, scope = "local", ("full_iteration",)
+    disp = m.get("moe_token_dispatcher_type") or "allgather"
+    backend = m.get("moe_flex_dispatcher_backend") if disp == "flex" else None
+    if backend not in (None, "deepep", "hybridep"):
+        notes.append(f"flex backend {backend} modelled as deepep")
+        backend = "deepep"
+    env = eff.get("_env_vars_effective", {})
+
+    def dt(v: Any, allowed: tuple[str, ...], default: str) -> str:
+        s = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "uint8": "fp8"}.get(str(v), str(v))
+        return s if s in allowed else default
+
+    return Features(
+        precision=_precision(m, eff.get("mixed_precision")),
+        fp8_param_gather=bool(ddp.get("fp8_param_gather")),
+        first_last_layers_bf16=bool(m.get("first_last_layers_bf16")),
+        recompute_granularity=gran, recompute_method=m.get("recompute_method"),
+        recompute_num_layers=m.get("recompute_num_layers"), recompute_modules=rmods,
+        fine_grained_activation_offloading=bool(m.get("fine_grained_activation_offloading")),
+        offload_modules=tuple(x for x in (m.get("offload_modules") or [])
+                              if x in ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                                       "moe_act", "fused_group_mlp")),
+        cpu_offloading=bool(m.get("cpu_offloading")), cpu_offloading_num_layers=int(m.get("cpu_offloading_num_layers")
+                                                                                    or 0),
+        optimizer_cpu_offload=bool(opt.get("optimizer_cpu_offload")),
+        optimizer_offload_fraction=float(opt.get("optimizer_offload_fraction") or 0.0),
+        moe_token_dispatcher_type=disp if disp in ("allgather", "alltoall", "flex") else "alltoall",
+        moe_flex_dispatcher_backend=backend,
+        moe_flex_dispatcher_num_sms=m.get("moe_flex_dispatcher_num_sms"),
+        moe_grouped_gemm=bool(m.get("moe_grouped_gemm")), moe_permute_fusion=bool(m.get("moe_permute_fusion")),
+        moe_router_fusion=bool(m.get("moe_router_fusion")),
+        moe_router_force_load_balancing=bool(m.get("moe_router_force_load_balancing")),
+        moe_expert_capacity_factor=m.get("moe_expert_capacity_factor"),
+        moe_pad_expert_input_to_capacity=bool(m.get("moe_pad_expert_input_to_capacity")),
+        sequence_parallel=bool(m.get("sequence_parallel")),
+        overlap_moe_expert_parallel_comm=bool(m.get("overlap_moe_expert_parallel_comm")),
+        delay_wgrad_compute=bool(m.get("delay_wgrad_compute")),
+        moe_shared_expert_overlap=bool(m.get("moe_shared_expert_overlap")),
+        tp_comm_overlap=bool(m.get("tp_comm_overlap")),
+        overlap_grad_reduce=bool(ddp.get("overlap_grad_reduce")),
+        overlap_param_gather=bool(ddp.get("overlap_param_gather")),
+        overlap_p2p_comm=bool(m.get("overlap_p2p_comm")),
+        cp_comm_type=(lambda t: t if t in ("p2p", "a2a", "allgather", "a2a+p2p") else "p2p")(
+            (m.get("cp_comm_type")[0] if isinstance(m.get("cp_comm_type"), list) and m.get("cp_comm_type")
+             else m.get("cp_comm_type")) or "p2p"),
+        cuda_graph_impl=impl, cuda_graph_scope=tuple(s for s in scope if s in ("attn", "mlp", "moe", "moe_router",
+                                                                              "moe_preprocess", "mamba",
+                                                                              "full_iteration")),
+        use_distributed_optimizer=bool(ddp.get("use_distributed_optimizer")),
+        num_distributed_optimizer_instances=int(ddp.get("num_distributed_optimizer_instances") or 1),
+        use_precision_aware_optimizer=bool(opt.get("use_precision_aware_optimizer")),
+        exp_avg_dtype=dt(opt.get("exp_avg_dtype"), ("fp32", "bf16", "fp16", "fp8"), "fp32"),
+        exp_avg_sq_dtype=dt(opt.get("exp_avg_sq_dtype"), ("fp32", "bf16", "fp16", "fp8"), "fp32"),
+        main_grads_dtype=dt(opt.get("main_grads_dtype"), ("fp32", "bf16"), "fp32"),
+        main_params_dtype=dt(opt.get("main_params_dtype"), ("fp32", "fp16"), "fp32"),
+        grad_reduce_in_fp32=bool(ddp.get("grad_reduce_in_fp32")),
+        use_megatron_fsdp=bool(ddp.get("use_megatron_fsdp")),
+        data_parallel_sharding_strategy=ddp.get("data_parallel_sharding_strategy") or "no_shard",
+        expandable_segments="expandable_segments:true" in str(env.get("PYTORCH_CUDA_ALLOC_CONF", "")).lower(),
+        manual_gc=bool(eff.get("train", {}).get("manual_gc")),
+    )
+
+
+_MP_NAME = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8_delayed": "bf16_with_fp8_delayed_scaling_mixed",
+            "fp8_cs": "bf16_with_fp8_current_scaling_mixed", "fp8_blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
+            "mxfp8": "bf16_with_mxfp8_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
+
+
+def job_to_config(job: Job) -> dict:
+    """Bridge-form nested config for a Job (``mixed_precision`` recipe fields, overlaps on ``comm_overlap``)."""
+    from moetune.rules.effective import resolve_mixed_precision
+
+    f, lay = job.features, job.layout
+    model = arch_to_model_fields(job.model)
+    model.update({
+        "tensor_model_parallel_size": lay.tp, "pipeline_model_parallel_size": lay.pp,
+        "virtual_pipeline_model_parallel_size": lay.vpp, "context_parallel_size": lay.cp,
+        "expert_model_parallel_size": lay.ep, "expert_tensor_parallel_size": lay.etp,
+        "pipeline_model_parallel_layout": lay.pipeline_layout,
+        "num_layers_in_first_pipeline_stage": lay.num_layers_in_first_pipeline_stage,
+        "num_layers_in_last_pipeline_stage": lay.num_layers_in_last_pipeline_stage,
+        "account_for_embedding_in_pipeline_split": lay.account_for_embedding_in_pipeline_split,
+        "account_for_loss_in_pipeline_split": lay.account_for_loss_in_pipeline_split,
+        "sequence_parallel": f.sequence_parallel and lay.tp > 1, "seq_length": job.seq_length,
+        "recompute_granularity": f.recompute_granularity, "recompute_method": f.recompute_method,
+        "recompute_num_layers": f.recompute_num_layers,
+        "recompute_modules": list(f.recompute_modules) if f.recompute_granularity == "selective" else None,
+        "fine_grained_activation_offloading": f.fine_grained_activation_offloading,
+        "offload_modules": list(f.offload_modules), "cpu_offloading": f.cpu_offloading,
+        "cpu_offloading_num_layers": f.cpu_offloading_num_layers,
+        "moe_shared_expert_overlap": f.moe_shared_expert_overlap,
+        "hidden_dropout": 0.0, "attention_dropout": 0.0, "gradient_accumulation_fusion": True,
+    })
+    if job.model.is_moe:
+        model.update({
+            "moe_token_dispatcher_type": f.moe_token_dispatcher_type,
+            "moe_flex_dispatcher_backend": f.moe_flex_dispatcher_backend
+            if f.moe_token_dispatcher_type == "flex" else None,
+            "moe_grouped_gemm": f.moe_grouped_gemm, "moe_permute_fusion": f.moe_permute_fusion,
+            "moe_router_fusion": f.moe_router_fusion, "moe_router_force_load_balancing":
+            f.moe_router_force_load_balancing, "moe_expert_capacity_factor": f.moe_expert_capacity_factor,
+            "moe_pad_expert_input_to_capacity": f.moe_pad_expert_input_to_capacity,
+            "moe_router_dtype": "fp32",
+        })
+        if f.moe_flex_dispatcher_num_sms is not None:
+            model["moe_flex_dispatcher_num_sms"] = f.moe_flex_dispatcher_num_sms
+    if f.cp_comm_type != "p2p":
+        model["cp_comm_type"] = f.cp_comm_type
+    impl, scope = f.cuda_graph_impl, [s for s in f.cuda_graph_scope if s != "full_iteration"]
+    if "full_iteration" in f.cuda_graph_scope:
+        impl, scope = "full_iteration", []
+    model["cuda_graph_impl"] = impl
+    model["cuda_graph_scope"] = scope or None
+    if impl != "none":
+        model["use_te_rng_tracker"] = True
+    mp = resolve_mixed_precision(_MP_NAME[f.precision])
+    mp["fp8_param_gather"] = f.fp8_param_gather if mp.get("fp8") or mp.get("fp4") else False
+    mp["fp8_param"] = mp["fp8_param_gather"]
+    mp["grad_reduce_in_fp32"] = f.grad_reduce_in_fp32
+    if mp.get("fp8"):
+        mp["first_last_layers_bf16"] = f.first_last_layers_bf16
+        if not f.first_last_layers_bf16:
+            mp["num_layers_at_start_in_bf16"] = mp["num_layers_at_end_in_bf16"] = 0
+    cfg: dict[str, Any] = {
+        "frontend": "bridge",
+        "model": {k: v for k, v in model.items() if v is not None or k in ("moe_flex_dispatcher_backend",)
+                  and False},
+        "train": {"global_batch_size": job.global_batch_size, "micro_batch_size": job.micro_batch_size,
+                  "manual_gc": f.manual_gc},
+        "optimizer": {"optimizer": "adam", "use_distributed_optimizer": f.use_distributed_optimizer,
+                      "use_precision_aware_optimizer": f.use_precision_aware_optimizer,
+                      "main_grads_dtype": _dtn(f.main_grads_dtype), "main_params_dtype": _dtn(f.main_params_dtype),
+                      "exp_avg_dtype": _dtn(f.exp_avg_dtype), "exp_avg_sq_dtype": _dtn(f.exp_avg_sq_dtype),
+                      "optimizer_cpu_offload": f.optimizer_cpu_offload,
+                      "optimizer_offload_fraction": f.optimizer_offload_fraction},
+        "ddp": {"use_distributed_optimizer": f.use_distributed_optimizer,
+                "num_distributed_optimizer_instances": f.num_distributed_optimizer_instances,
+                "use_megatron_fsdp": f.use_megatron_fsdp,
+                "data_parallel_sharding_strategy": f.data_parallel_sharding_strategy},
+        "comm_overlap": {"tp_comm_overlap": f.tp_comm_overlap,
+                         "overlap_moe_expert_parallel_comm": f.overlap_moe_expert_parallel_comm,
+                         "delay_wgrad_compute": f.delay_wgrad_compute,
+                         "overlap_grad_reduce": f.overlap_grad_reduce if f.use_distributed_optimizer else None,
+                         "overlap_param_gather": f.overlap_param_gather if f.use_distributed_optimizer else None,
+                         "overlap_p2p_comm": f.overlap_p2p_comm if lay.pp > 1 and lay.vpp else None},
+        "mixed_precision": mp,
+        "dist": {"use_megatron_fsdp": f.use_megatron_fsdp},
+        "rerun_state_machine": {"check_for_nan_in_loss": impl != "full_iteration"},
+        "env_vars": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if f.expandable_segments else {},
+        "_meta": {"model": job.model.name, "gpus": job.gpus, "system": job.system.name, "moe": job.model.is_moe},
+    }
+    if not f.use_distributed_optimizer:
+        cfg["ddp"]["overlap_grad_reduce"] = f.overlap_grad_reduce
+    cfg["comm_overlap"] = {k: v for k, v in cfg["comm_overlap"].items() if v is not None}
+    if cfg["model"].get("moe_token_dispatcher_type") != "flex":
+        cfg["model"].pop("moe_flex_dispatcher_backend", None)
+    return cfg
+
+
+def _dtn(s: str) -> str:
+    return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "uint8"}[s]
+
+
+def env_from_job(job: Job) -> Env:
+    return Env(gpus=job.gpus, system=job.system.name, gpu=gpu_key(job.system.gpu.name) or gpu_key(job.system.name),
+               gpus_per_node=job.system.gpus_per_node, nvlink_domain=job.system.nvlink_domain)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+def _reverse_flags() -> dict[str, tuple[str, str]]:
+    rev: dict[str, tuple[str, str]] = {}
+    for flag, (targets, typ) in FLAGS.items():
+        path = targets[0]
+        if path.startswith("mlm."):
+            continue
+        if path not in rev or (rev[path][1] == "nobool" and typ == "bool"):
+            rev[path] = (flag, typ)
+    return rev
+
+
+_REV = _reverse_flags()
+
+
+def config_to_megatron_args(cfg: dict) -> list[str]:
+    """Megatron-LM argument tokens for a config (inverse of :func:`read_megatron_args`, model-relevant fields)."""
+    out: list[str] = []
+    m = dict(cfg.get("model", {}))
+    if m.get("gated_linear_unit") and str(m.get("activation_func", "silu")).lower() in ("silu", "swiglu"):
+        out.append("--swiglu")
+    elif "squared" in str(m.get("activation_func", "")):
+        out.append("--squared-relu")
+    if m.get("num_query_groups"):
+        out.append("--group-query-attention")
+    if m.get("recompute_granularity") == "selective" and m.get("recompute_modules") is None:
+        m["recompute_modules"] = ["core_attn"]
+    # MLM's ETP default is TP (Bridge's is 1 with EP>1): write the Bridge-effective value explicitly
+    if m.get("expert_tensor_parallel_size") is None and m.get("num_moe_experts") \
+            and cfg.get("frontend", "bridge") == "bridge":
+        m["expert_tensor_parallel_size"] = 1 if (m.get("expert_model_parallel_size") or 1) > 1 else \
+            (m.get("tensor_model_parallel_size") or 1)
+    sections = {"model": m, **{k: v for k, v in cfg.items() if isinstance(v, dict) and k != "model"}}
+    for path, (flag, typ) in _REV.items():
+        sec, field = path.split(".", 1)
+        d = sections.get(sec)
+        if not isinstance(d, dict) or field not in d:
+            continue
+        v = d[field]
+        if v is None or (isinstance(v, str) and v.startswith("<")):
+            continue
+        if typ == "bool":
+            if v:
+                out.append(f"--{flag}")
+        elif typ == "nobool":
+            if v is False:
+                out.append(f"--{flag}")
+        elif typ in ("list", "intlist"):
+            vals = v if isinstance(v, list) else [v]
+            if vals:
+                out += [f"--{flag}", *[str(x) for x in vals]]
+        elif flag == "moe-layer-freq":
+            out += [f"--{flag}", str(v) if isinstance(v, int) else "[" + ",".join(map(str, v)) + "]"]
+        else:
+            out += [f"--{flag}", str(v)]
+    return out
+
+
+def config_to_bridge_overrides(cfg: dict) -> list[str]:
+    """Hydra-style ``section.field=value`` overrides for every set field (``_meta``/``frontend`` excluded)."""
+    out: list[str] = []
+    for sec, d in cfg.items():
+        if sec.startswith("_") or sec == "frontend":
+            continue
+        if isinstance(d, dict):
+            for k, v in d.items():
+                if k.startswith("_"):
+                    continue
+                out.append(format_override(f"{sec}.{k}", v))
+        elif d is not None:
+            out.append(f"{sec}={format_value(d)}")
+    return out
+
+
+_ = MODEL_DEFAULTS
