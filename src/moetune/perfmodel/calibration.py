@@ -1,0 +1,380 @@
+"""The few efficiency parameters of the step-time model, and their least-squares fit to measured runs.
+
+Parameters are physical fractions or costs (achievable GEMM fraction of a precision's peak per GPU architecture,
+GEMM tile knee, attention-kernel fraction, HBM fraction, NVLink / scale-out bus-bandwidth fractions, host launch
+cost per CPU family, EP-overlap hiding share). Shipped defaults live in ``catalog/efficiency.yaml`` with their
+sources; :func:`fit` refits them by minimising the log-ratio of predicted to measured throughput
+(``scipy.optimize.least_squares``, soft-L1 loss) plus a weak prior pulling each parameter to its documented prior,
+so that parameters the data do not constrain stay at physically sensible values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from moetune.errors import InputError
+
+FORMAT = "moetune-efficiency/1"
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One named efficiency parameter."""
+
+    name: str
+    value: float
+    prior: float
+    lo: float
+    hi: float
+    source: str = ""
+
+
+@dataclass
+class Efficiency:
+    """A full parameter set: fitted values + fixed constants (kernel counts, buffer sizes)."""
+
+    specs: dict[str, ParamSpec]
+    constants: dict[str, Any]
+    prior_weight: float = 0.15
+    fit_info: dict[str, Any] | None = None
+    origin: str = "catalog"
+    values: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            self.values = {k: s.value for k, s in self.specs.items()}
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+    def get(self, name: str, default: float) -> float:
+        return self.values.get(name, default)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.specs)
+
+    def with_values(self, values: dict[str, float], *, origin: str | None = None,
+                    fit_info: dict[str, Any] | None = None) -> Efficiency:
+        new = dict(self.values)
+        new.update(values)
+        return Efficiency(self.specs, self.constants, self.prior_weight, fit_info if fit_info is not None
+                          else self.fit_info, origin or self.origin, new)
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "params": {
+                k: {"value": float(round(self.values[k], 6)), "prior": s.prior, "bounds": [s.lo, s.hi],
+                    "source": s.source}
+                for k, s in self.specs.items()
+            },
+            "constants": self.constants,
+            "prior_weight": self.prior_weight,
+            "fit": self.fit_info,
+        }
+
+    def cache_key(self) -> tuple:
+        return tuple(sorted(self.values.items()))
+
+
+def _parse(data: Any, origin: str) -> Efficiency:
+    if not isinstance(data, dict) or not isinstance(data.get("params"), dict):
+        raise InputError(f"{origin}: expected a mapping with 'params' (moetune efficiency file)", field="efficiency")
+    base = default_efficiency() if origin != "catalog" else None
+    specs: dict[str, ParamSpec] = dict(base.specs) if base else {}
+    values: dict[str, float] = dict(base.values) if base else {}
+    for name, p in data["params"].items():
+        try:
+            if isinstance(p, dict):
+                val = float(p["value"])
+                prior = float(p.get("prior", val))
+                lo, hi = (float(x) for x in p.get("bounds", [val * 0.1, val * 10]))
+                src = str(p.get("source", ""))
+            else:
+                val = float(p)
+                old = specs.get(name)
+                prior, lo, hi, src = (old.prior, old.lo, old.hi, old.source) if old else (val, val / 10, val * 10, "")
+        except (KeyError, TypeError, ValueError):
+            raise InputError.bad_value(f"efficiency.params.{name}", p, "a number or {value, prior, bounds}") from None
+        if base is not None and name not in base.specs:
+            raise InputError.bad_value("efficiency.params", name, f"one of {', '.join(base.specs)}")
+        if not (math.isfinite(val) and val > 0):
+            raise InputError.bad_value(f"efficiency.params.{name}", val, "a positive number")
+        specs[name] = ParamSpec(name, val, prior, lo, hi, src)
+        values[name] = val
+    constants = dict(base.constants) if base else {}
+    constants.update(data.get("constants") or {})
+    return Efficiency(specs, constants, float(data.get("prior_weight", base.prior_weight if base else 0.15)),
+                      data.get("fit"), origin, values)
+
+
+@cache
+def default_efficiency() -> Efficiency:
+    """The shipped parameter set (``moetune/catalog/efficiency.yaml``)."""
+    text = (resources.files("moetune.catalog") / "efficiency.yaml").read_text()
+    return _parse(yaml.safe_load(text), "catalog")
+
+
+def load_efficiency(path: str | Path | None = None) -> Efficiency:
+    """The shipped parameters, or a user file written by ``moetune calibrate`` (missing names keep defaults)."""
+    if path is None:
+        return default_efficiency()
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such efficiency file", field="efficiency")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"{p}: not valid YAML ({exc.__class__.__name__})", field="efficiency") from None
+    return _parse(data, str(p))
+
+
+def save_efficiency(eff: Efficiency, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(eff.to_yaml_dict(), sort_keys=False, width=120))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fitting
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FitResult:
+    efficiency: Efficiency
+    fitted: list[str]
+    residuals: np.ndarray  # log(pred / measured) per row
+    cost: float
+    nfev: int
+
+
+def fit(
+    predict: Callable[[Efficiency], np.ndarray],
+    measured: Sequence[float],
+    base: Efficiency,
+    names: Sequence[str] | None = None,
+    *,
+    max_nfev: int = 200,
+) -> FitResult:
+    """Least-squares fit of ``names`` (default: all) so that ``predict(eff)`` ≈ ``measured``.
+
+    Residuals are ``log(pred/measured)`` (scale-free, symmetric in over/under-prediction) with a soft-L1 loss
+    (robust to a few rows whose recipe features are unknown), plus ``prior_weight · log(value/prior)`` per
+    parameter. Parameters are optimised in log space within their bounds. Source: scipy.optimize.least_squares.
+    """
+    from scipy.optimize import least_squares
+
+    names = list(names or base.names)
+    meas = np.asarray(measured, dtype=float)
+    specs = [base.specs[n] for n in names]
+    x0 = np.log([min(max(base.values[n], s.lo * 1.0001), s.hi * 0.9999) for n, s in zip(names, specs, strict=True)])
+    lo = np.log([s.lo for s in specs])
+    hi = np.log([s.hi for s in specs])
+    prior = np.log([s.prior for s in specs])
+    w = base.prior_weight
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        eff = base.with_values(dict(zip(names, np.exp(x), strict=True)))
+        pred = predict(eff)
+        r = np.log(np.maximum(pred, 1e-9) / meas)
+        return np.concatenate([r, w * (x - prior)])
+
+    res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15, max_nfev=max_nfev,
+                        diff_step=1e-3, x_scale=1.0)
+    vals = dict(zip(names, (float(v) for v in np.exp(res.x)), strict=True))
+    eff = base.with_values(vals)
+    r = resid(res.x)[: len(meas)]
+    return FitResult(eff, names, r, float(res.cost), int(res.nfev))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# measured runs (columns of shared/data/perf/mbridge_perf_calibration.csv)
+# --------------------------------------------------------------------------------------------------------------
+
+REQUIRED_COLUMNS = ("model", "system", "num_gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "ep",
+                    "model_tflops_per_gpu")
+
+
+@dataclass
+class MeasuredRun:
+    """One measured (or published) run and the job moetune builds for it."""
+
+    label: str
+    model_name: str
+    system: str
+    gpus: int
+    precision_label: str
+    tflops: float
+    job: Any  # moetune.spec.job.Job
+    release: str = ""
+    status: str = ""
+    definition: str = "current"
+
+
+def _first(value: str, alt: bool = False) -> str:
+    """'3986 (3546)' -> '3986' (or '3546' with alt); plain values unchanged."""
+    v = (value or "").strip()
+    if "(" in v:
+        head, _, tail = v.partition("(")
+        return (tail.rstrip(")").strip() if alt else head.strip()) or head.strip()
+    return v
+
+
+def _int(value: str, field_name: str, default: int | None = None, *, alt: bool = False) -> int | None:
+    v = _first(value, alt)
+    if v.lower() in ("", "n/a", "na", "none", "-"):
+        return default
+    try:
+        return int(float(v))
+    except ValueError:
+        raise InputError.bad_value(field_name, value, "an integer or n/a") from None
+
+
+def precision_variants(label: str) -> list[str]:
+    """Precision labels of a table cell: 'FP8-CS (FP8-MX)' -> ['FP8-CS', 'FP8-MX'] (the table's two runs)."""
+    lab = (label or "").strip()
+    if "(" in lab:
+        head, _, tail = lab.partition("(")
+        return [head.strip(), tail.rstrip(")").strip()]
+    return [lab] if lab else []
+
+
+def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> tuple[list[MeasuredRun], list[str]]:
+    """Rows of a measured-throughput CSV as jobs; returns (runs, skipped-row descriptions).
+
+    ``job_builder(model, system, gpus, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, etp, fsdp)`` makes the Job
+    (features from the Bridge recipe when one exists). A cell such as ``FP8-CS (FP8-MX)`` with numbers
+    ``37556 (36108)`` is two runs. Rows whose model is not in the catalog, or whose precision is not given, are
+    skipped with the reason.
+    """
+    import csv
+
+    from moetune.catalog.models import get_model
+    from moetune.errors import UnknownNameError
+    from moetune.spec.features import parse_precision
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file", field="csv")
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InputError(f"{p}: missing column(s) {', '.join(missing)}; expected the columns of "
+                             "mbridge_perf_calibration.csv", field="csv")
+        rows = list(reader)
+    runs: list[MeasuredRun] = []
+    skipped: list[str] = []
+    for n, row in enumerate(rows, start=2):
+        name = row["model"].strip()
+        desc = f"line {n}: {name} {row['system']} {row['num_gpus']} GPUs {row.get('release', '')}".strip()
+        variants = precision_variants(row["precision"])
+        if not variants:
+            skipped.append(f"{desc}: precision not given")
+            continue
+        try:
+            model = get_model(name)
+        except UnknownNameError:
+            base = name.split("(")[0].strip()
+            tag = name[len(base):].strip().lower()
+            if tag in ("(dropless)", "(w/ mtp)"):
+                model = get_model(base)
+            else:
+                skipped.append(f"{desc}: model not in the catalog")
+                continue
+        for vi, plab in enumerate(variants):
+            alt = vi == 1
+            try:
+                prec = parse_precision(plab)
+                tfl = float(_first(row["model_tflops_per_gpu"], alt))
+                job = job_builder(
+                    model=model, system=row["system"].strip(), gpus=_int(row["num_gpus"], "num_gpus", alt=alt),
+                    precision=prec, gbs=_int(row["gbs"], "gbs", alt=alt), mbs=_int(row["mbs"], "mbs", 1, alt=alt),
+                    seq=_int(row["seq_len"], "seq_len", alt=alt), tp=_int(row["tp"], "tp", 1, alt=alt),
+                    pp=_int(row["pp"], "pp", 1, alt=alt), cp=_int(row["cp"], "cp", 1, alt=alt),
+                    vp=_int(row["vp"], "vp", None, alt=alt), ep=_int(row["ep"], "ep", 1, alt=alt),
+                    etp=_int(row.get("etp", ""), "etp", None, alt=alt),
+                    fsdp=_int(row.get("fsdp", ""), "fsdp", 0, alt=alt) or 0,
+                )
+            except InputError as exc:
+                skipped.append(f"{desc} [{plab}]: {exc}")
+                continue
+            lay = job.layout
+            if job.gpus % (lay.tp * lay.cp * lay.pp) or job.gpus % (lay.expert_tp * lay.ep * lay.pp):
+                skipped.append(f"{desc} [{plab}]: layout {lay.short()} PP{lay.pp} does not divide {job.gpus} GPUs")
+                continue
+            definition = "current"
+            rel = row.get("release", "").strip()
+            if rel:
+                try:
+                    from moetune.perfmodel.flops import bridge_definition_for_release
+
+                    definition = bridge_definition_for_release(rel)
+                except (ImportError, InputError, ValueError):
+                    definition = "current"
+            runs.append(MeasuredRun(f"{desc} [{plab}]", model.name, row["system"].strip(), job.gpus, plab, tfl, job,
+                                    rel, row.get("status", ""), definition))
+    return runs, skipped
+
+
+def _recipe_features(model_name: str, system: Any, gpus: int, precision: str) -> tuple[Any | None, list[str]]:
+    """Features of the Megatron-Bridge perf recipe for (model, system, GPUs, precision), via the recipe catalog."""
+    try:
+        from moetune.catalog.recipes import find_recipe, recipe_config
+        from moetune.io.config_to_job import job_from_config
+    except ImportError:
+        return None, ["Bridge recipe catalog not available: library defaults"]
+    try:
+        name = find_recipe(model_name, system.name, gpus=gpus, precision=precision)
+        if not name:
+            return None, []
+        name = getattr(name, "name", name)
+        cfg = recipe_config(name)
+        rjob = job_from_config(cfg, system=system, gpus=gpus, model=model_name)
+    except Exception as exc:  # noqa: BLE001 - recipe lookup is best effort; the row still runs on defaults
+        return None, [f"no Bridge recipe used ({exc.__class__.__name__}: {str(exc)[:80]})"]
+    return rjob.features, [f"features from Bridge perf recipe {name}"]
+
+
+def build_published_job(*, model: Any, system: str, gpus: int, precision: str, gbs: int, mbs: int, seq: int, tp: int,
+                        pp: int, cp: int, vp: int | None, ep: int, etp: int | None = None, fsdp: int = 0) -> Any:
+    """The Job of a published Bridge performance row: the table's layout and batch, features from the Bridge perf
+    recipe for that model/system/precision when one exists (else library defaults), routing force-balanced and
+    dropless (the tables' footnote)."""
+    from moetune.catalog.systems import get_system
+    from moetune.spec.features import Features
+    from moetune.spec.job import Job
+    from moetune.spec.layout import Layout
+
+    sysm = get_system(system)
+    feats, notes = _recipe_features(model.name, sysm, gpus, precision)
+    update: dict[str, Any] = {"precision": precision, "moe_router_force_load_balancing": True,
+                              "moe_expert_capacity_factor": None, "sequence_parallel": tp > 1}
+    if fsdp:
+        update["use_megatron_fsdp"] = True
+    if vp is not None and vp > 1 and pp <= 1:
+        vp = None
+    if feats is None:
+        feats = Features()
+        notes.append("no Bridge perf recipe for this model/system/precision: library defaults")
+    if not model.is_moe:
+        update["overlap_moe_expert_parallel_comm"] = False
+    if ep <= 1:
+        update["overlap_moe_expert_parallel_comm"] = False
+    if not (update.get("sequence_parallel") and tp > 1):
+        update["tp_comm_overlap"] = False
+    if feats.overlap_moe_expert_parallel_comm and pp > 1 and not (vp and vp > 1):
+        update["overlap_moe_expert_parallel_comm"] = False
+    feats = feats.model_copy(update=update)
+    layout = Layout(tp=tp, pp=pp, vpp=vp if (vp and vp > 1) else None, cp=cp, ep=ep, etp=etp)
+    return Job(model=model, system=sysm, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,
+               layout=layout, features=feats, assumptions=tuple(notes))

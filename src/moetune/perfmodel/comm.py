@@ -1,0 +1,118 @@
+"""Collectives on the topology: TP/SP, CP, EP dispatch/combine, DP gradient/parameter traffic, PP send/recv.
+
+Rank placement follows Megatron-Core's default order ``tp-cp-ep-dp-pp`` (tp fastest, docs/domain.md §2.3): the
+dense DP group has stride TP·CP, the EP group stride ETP inside an aligned block of ETP·EP ranks, PP neighbours are
+W/PP ranks apart. With G GPUs per NVLink domain, a group of n ranks with stride d spans ``ceil(n·d / G)`` domains
+and keeps ``n_in = n / n_dom`` members inside each.
+
+Bandwidth model (NCCL, nccl-tests "bus bandwidth"): a ring AG/RS/AR moves ``(n-1)/n`` of the full tensor per GPU
+(all-reduce twice that) at the bus bandwidth of the slowest link class it uses. Inside a domain that is NVLink
+(system ``nvlink_bw_gbs`` per direction × ``nvlink_eff``); across domains each GPU drives its own NIC and NCCL's
+hierarchical rings spread the inter-domain part over the ``n_in`` NICs of a domain, so the bus bandwidth is
+``min(NVLink, n_in · NIC)`` (NIC = ``scaleout_bw_gbs`` × ``scaleout_eff``).
+
+EP dispatch/combine (per MoE layer and microbatch: one dispatch and one combine forward, and the same backward;
+docs/domain.md §4.2). Each rank holds T = s·b/(TP·CP) tokens and sends k copies:
+
+* ``alltoall`` (and ``flex`` on one domain): a copy goes to a uniformly chosen EP rank; 1/EP stays local, the
+  share ``(EP − e_in)/EP`` leaves the domain (e_in = EP ranks in a domain = min(EP, G/ETP)).
+* ``flex`` + DeepEP / HybridEP: a token is sent once per *remote domain* that holds any of its k experts and fanned
+  out over NVLink there (DeepEP internode kernels; DeepSeek-V3 report §3.2.2). For uniform routing over D domains
+  the expected number of remote domains per token is ``(D − 1)(1 − (1 − 1/D)^k)``.
+* ``allgather``: the tokens of the whole ETP·EP group are all-gathered (and reduce-scattered on combine).
+
+Dispatch moves BF16 hidden states (FP8 dispatch is not enabled in Bridge, domain.md §4.2), combine BF16.
+"""
+
+from __future__ import annotations
+
+import math
+
+BF16 = 2.0
+
+
+def domains_spanned(n: int, stride: int, domain: int) -> tuple[int, int]:
+    """(number of NVLink domains a group of ``n`` ranks with ``stride`` spans, members per domain)."""
+    span = n * stride
+    if span <= domain and domain % span == 0:
+        return 1, n
+    n_dom = max(1, math.ceil(span / domain))
+    n_dom = min(n_dom, n)
+    return n_dom, max(1, n // n_dom)
+
+
+def bus_bandwidth(n: int, stride: int, domain: int, nvlink_gbs: float, nic_gbs: float) -> float:
+    """Achievable bus bandwidth (GB/s) of a ring collective over this group (module doc)."""
+    n_dom, n_in = domains_spanned(n, stride, domain)
+    if n_dom == 1:
+        return nvlink_gbs
+    return min(nvlink_gbs, n_in * nic_gbs)
+
+
+def ring_seconds(full_bytes: float, n: int, busbw_gbs: float) -> float:
+    """All-gather or reduce-scatter of a tensor of ``full_bytes`` (the gathered size) over ``n`` ranks."""
+    if n <= 1 or full_bytes <= 0:
+        return 0.0
+    return full_bytes * (n - 1) / n / (busbw_gbs * 1e9)
+
+
+def a2a_bytes(tokens: float, hidden: float, topk: float, ep: int, etp: int, domain: int, dispatcher: str,
+              backend: str | None) -> tuple[float, float]:
+    """(NVLink bytes, scale-out bytes) one rank sends in one EP dispatch (or combine); see module doc."""
+    if ep <= 1 and dispatcher != "allgather":
+        return 0.0, 0.0
+    tok_bytes = tokens * hidden * BF16
+    e_in = max(1, min(ep, domain // max(etp, 1)))
+    n_dom = max(1, math.ceil(ep / e_in))
+    if dispatcher == "allgather":
+        n = ep * etp
+        n_d, n_in = domains_spanned(n, 1, domain)
+        full = tok_bytes * n
+        if n_d == 1:
+            return full * (n - 1) / n, 0.0
+        return full * (n_in - 1) / n, full * (n - n_in) / n
+    copies = tok_bytes * topk
+    intra = copies * (e_in - 1) / ep
+    if dispatcher == "flex" and backend in ("deepep", "hybridep") and n_dom > 1:
+        remote_domains = (n_dom - 1) * (1.0 - (1.0 - 1.0 / n_dom) ** topk)
+        inter = tok_bytes * remote_domains
+        # copies that arrive over the NIC are forwarded to their expert rank over NVLink
+        intra += copies * (ep - e_in) / ep
+        return intra, inter
+    inter = copies * (ep - e_in) / ep
+    return intra, inter
+
+
+def a2a_seconds(intra_bytes: float, inter_bytes: float, nvlink_gbs: float, nic_gbs: float) -> float:
+    """NVLink and NIC transfers of an all-to-all run concurrently; the slower one sets the time."""
+    return max(intra_bytes / (nvlink_gbs * 1e9), inter_bytes / (nic_gbs * 1e9))
+
+
+def tp_collectives_per_layer(mixer: str, mlp: str, etp: int, tp: int) -> int:
+    """Forward AG+RS pairs' count of one layer under SP: attention (AG before QKV, RS after proj) and dense MLP
+    (AG before FC1, RS after FC2); a MoE block with ETP = 1 has none (its dispatcher moves the SP shards), with
+    ETP = TP it behaves like the MLP (Megatron-Core ``TransformerLayer`` with ``sequence_parallel``)."""
+    if tp <= 1:
+        return 0
+    n = 0
+    if mixer != "_":
+        n += 2
+    if mlp == "D" or (mlp == "E" and etp > 1):
+        n += 2
+    return n
+
+
+def cp_bytes_per_layer(tokens_local: float, kv_width: float, cp: int, cp_comm_type: str) -> float:
+    """Bytes one rank sends for one attention layer's forward under context parallelism.
+
+    ``p2p``: ring of CP−1 KV-chunk exchanges (TE ``AttnFuncWithCPAndKVP2P``); ``allgather``: all-gather of K and V;
+    ``a2a``/``a2a+p2p``: four all-to-alls of Q, K, V and O (Ulysses-style, TE ``AttnFuncWithCPAndQKVOA2A``).
+    ``kv_width`` is the K+V width per token on this rank.
+    """
+    if cp <= 1:
+        return 0.0
+    if cp_comm_type == "p2p":
+        return (cp - 1) * tokens_local * kv_width * BF16
+    if cp_comm_type == "allgather":
+        return (cp - 1) * tokens_local * kv_width * BF16
+    return 4 * tokens_local * kv_width * BF16 * (cp - 1) / cp

@@ -1,0 +1,185 @@
+"""Compute time of one decoder layer: GEMMs, grouped expert GEMMs, attention kernels and memory-bound kernels.
+
+The FLOPs come from :func:`moetune.perfmodel.flops.layer_flops` (the Megatron-Bridge definition, one
+implementation); this module only adds *shapes* (how the FLOPs of a component split into GEMMs of which M/N/K on
+one GPU, given TP/CP/EP/ETP and the microbatch) and *rates*:
+
+* GEMM: ``t = max(F / (peak_p · eff_p · u(M) · u(N) · u(K)), bytes / (HBM · hbm_eff))`` — a roofline whose
+  compute roof is the precision's dense peak (system catalog) times the achievable fraction ``gemm_eff.<arch>.<p>``
+  and a tile-utilisation factor ``u(x) = x / (x + knee)`` per dimension (CUTLASS/cuBLAS tiles are 64–256 wide, so
+  a dimension much smaller than a tile wastes the tile: Kerr et al., CUTLASS docs "efficient GEMM"). Grouped GEMMs
+  (TE ``GroupedLinear`` / cuBLASLt grouped) run G experts of M = tokens-per-expert rows each, so high EP and many
+  experts give small M and a weight-bandwidth-bound kernel (the memory roof reads every local expert's weights).
+* Precision recipes quantise only the linear layers of attention, MLP and experts (TE ``fp8_autocast``: router,
+  embedding, output layer and core attention stay BF16, domain.md §4.3); FP8-CS with ``first_last_layers_bf16``
+  keeps the first and last decoder layers in BF16 (Bridge ``bf16_with_fp8_current_scaling_mixed``).
+* Attention core (flash / cuDNN fused attention): Bridge-counted FLOPs (causal ½, sliding window and MLA dims
+  already in them) at ``attn_eff.<arch>`` of the BF16 peak, forward + backward = 3× forward FLOPs.
+* Memory-bound kernels (norms, residual adds, RoPE, SwiGLU, router softmax/top-k, permute/unpermute, FP8 casts):
+  bytes moved per token from the tensors each op reads and writes (MCore/TE op list), at ``hbm_eff`` of the HBM
+  bandwidth; backward moves twice the forward bytes (gradient in + gradient out).
+
+Everything is per microbatch and per GPU; the forward is returned, backward multipliers are applied by
+:mod:`moetune.perfmodel.step`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: component tags of work items (used to select what a recompute module re-runs)
+TAGS = ("attn_proj", "mla_up", "core_attn", "norm", "mixer", "mlp", "mlp_act", "router", "moe_perm", "experts",
+        "moe_act", "shared", "logits", "other")
+TAG = {t: i for i, t in enumerate(TAGS)}
+
+#: bytes per element of activations / weights in BF16, and of FP8/FP4 quantised operands
+BF16_BYTES = 2.0
+QUANT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8_delayed": 1.0, "fp8_cs": 1.0, "fp8_blockwise": 1.0, "mxfp8": 1.0,
+               "nvfp4": 0.5}
+
+
+def precision_class(precision: str, arch: str) -> str:
+    """Key of the ``gemm_eff.<arch>.<class>`` parameter for a canonical precision (features.parse_precision).
+
+    FP8 tensorwise, delayed and blockwise share the Hopper/Blackwell ``fp8`` class (no separate published rows);
+    MXFP8 and NVFP4 are Blackwell-only classes. Ampere has no FP8 (falls back to BF16).
+    """
+    if precision in ("bf16", "fp16") or arch == "ampere":
+        return "bf16"
+    if precision in ("fp8_cs", "fp8_delayed", "fp8_blockwise"):
+        return "fp8"
+    if arch == "hopper":  # MXFP8/NVFP4 do not exist on Hopper: TE would reject them; treat as FP8
+        return "fp8"
+    return precision  # mxfp8, nvfp4
+
+
+def peak_key(precision_cls: str) -> str:
+    """Key of ``GPU.peak_tflops`` for a precision class."""
+    return {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4"}[precision_cls]
+
+
+@dataclass
+class WorkList:
+    """Forward work of a set of layers for one microbatch on one GPU (numpy-friendly columns)."""
+
+    # GEMMs (one row per GEMM group; flops are forward FLOPs of all groups together)
+    g_flops: list[float] = field(default_factory=list)
+    g_m: list[float] = field(default_factory=list)
+    g_n: list[float] = field(default_factory=list)
+    g_k: list[float] = field(default_factory=list)
+    g_groups: list[float] = field(default_factory=list)
+    g_quant: list[bool] = field(default_factory=list)
+    g_tag: list[int] = field(default_factory=list)
+    g_layer: list[int] = field(default_factory=list)
+    # attention core (forward Bridge FLOPs) and memory-bound bytes (forward)
+    a_flops: list[float] = field(default_factory=list)
+    a_tag: list[int] = field(default_factory=list)
+    a_layer: list[int] = field(default_factory=list)
+    e_bytes: list[float] = field(default_factory=list)
+    e_tag: list[int] = field(default_factory=list)
+    e_layer: list[int] = field(default_factory=list)
+
+    def gemm(self, flops: float, m: float, n: float, k: float, *, groups: float = 1.0, quant: bool, tag: str,
+             layer: int) -> None:
+        if flops <= 0:
+            return
+        self.g_flops.append(flops)
+        self.g_m.append(max(m, 1.0))
+        self.g_n.append(max(n, 1.0))
+        self.g_k.append(max(k, 1.0))
+        self.g_groups.append(groups)
+        self.g_quant.append(quant)
+        self.g_tag.append(TAG[tag])
+        self.g_layer.append(layer)
+
+    def attn(self, flops: float, *, tag: str = "core_attn", layer: int) -> None:
+        if flops > 0:
+            self.a_flops.append(flops)
+            self.a_tag.append(TAG[tag])
+            self.a_layer.append(layer)
+
+    def mem(self, nbytes: float, *, tag: str, layer: int) -> None:
+        if nbytes > 0:
+            self.e_bytes.append(nbytes)
+            self.e_tag.append(TAG[tag])
+            self.e_layer.append(layer)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        f = np.asarray
+        return {
+            "g_flops": f(self.g_flops, float), "g_m": f(self.g_m, float), "g_n": f(self.g_n, float),
+            "g_k": f(self.g_k, float), "g_groups": f(self.g_groups, float), "g_quant": f(self.g_quant, bool),
+            "g_tag": f(self.g_tag, int), "g_layer": f(self.g_layer, int),
+            "a_flops": f(self.a_flops, float), "a_tag": f(self.a_tag, int), "a_layer": f(self.a_layer, int),
+            "e_bytes": f(self.e_bytes, float), "e_tag": f(self.e_tag, int), "e_layer": f(self.e_layer, int),
+        }
+
+
+def gemm_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
+                 quant: np.ndarray, *, peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float,
+                 eff_bf16: float, knee: float, hbm_gbs: float, hbm_eff: float, quant_bytes: float) -> np.ndarray:
+    """Seconds of each GEMM row (forward), roofline of tile-utilised compute and HBM traffic (module doc)."""
+    util = (m / (m + knee)) * (n / (n + knee)) * (k / (k + knee))
+    rate = np.where(quant, peak_quant_tflops * eff_quant, peak_bf16_tflops * eff_bf16) * 1e12 * util
+    t_flop = flops / rate
+    bpe = np.where(quant, quant_bytes, BF16_BYTES)
+    # bytes: A (M×K) and B (K×N) operands per group in the GEMM precision, C (M×N) written in BF16
+    nbytes = groups * (bpe * (m * k + k * n) + BF16_BYTES * m * n)
+    t_mem = nbytes / (hbm_gbs * 1e9 * hbm_eff)
+    return np.maximum(t_flop, t_mem)
+
+
+def attention_seconds(flops: np.ndarray, *, peak_bf16_tflops: float, eff: float) -> np.ndarray:
+    """Forward seconds of fused attention for Bridge-counted forward FLOPs."""
+    return flops / (peak_bf16_tflops * 1e12 * eff)
+
+
+def memory_seconds(nbytes: np.ndarray, *, hbm_gbs: float, hbm_eff: float) -> np.ndarray:
+    """Seconds of memory-bound kernels moving ``nbytes`` through HBM."""
+    return nbytes / (hbm_gbs * 1e9 * hbm_eff)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# bytes per token of the memory-bound ops of a layer (forward, BF16 activations)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def norm_bytes(width: float) -> float:
+    """RMSNorm/LayerNorm forward: read x, write y (TE ``RMSNorm``), BF16."""
+    return 2 * width * BF16_BYTES
+
+
+def residual_bytes(width: float) -> float:
+    """Residual add (fused bias-dropout-add): read two inputs, write one."""
+    return 3 * width * BF16_BYTES
+
+
+def glu_bytes(width: float, gated: bool) -> float:
+    """SwiGLU / GeLU activation: read FC1 output (2·width if gated), write width."""
+    return (3 if gated else 2) * width * BF16_BYTES
+
+
+def rope_bytes(width: float) -> float:
+    """Fused RoPE on Q and K: read and write the rotated tensors."""
+    return 2 * width * BF16_BYTES
+
+
+def permute_bytes(hidden: float, topk: float) -> float:
+    """MoE permute + unpermute (fused): read tokens, write k copies; read k copies, write combined tokens.
+
+    Source: megatron/core/transformer/moe/moe_utils.py ``permute`` / ``unpermute``.
+    """
+    return 2 * (1 + topk) * hidden * BF16_BYTES
+
+
+def router_bytes(num_experts: float, topk: float) -> float:
+    """Router score (softmax/sigmoid), top-k and aux bookkeeping on FP32 logits of E experts (3 passes)."""
+    return 3 * num_experts * 4.0 + 2 * topk * 8.0
+
+
+def cast_bytes(elements: float, quant_bytes: float) -> float:
+    """Quantise a BF16 operand (read 2 B, write the quantised bytes; TE ``cast_transpose`` also writes the
+    transpose for the backward GEMM)."""
+    return elements * (BF16_BYTES + 2 * quant_bytes)

@@ -1,0 +1,82 @@
+"""Host (CPU launch) wall: kernels launched per layer × per-launch cost of the platform's host CPU, vs GPU time.
+
+PyTorch eager mode issues every kernel from Python on the host; when the GPU work of a layer is shorter than the
+time the host needs to launch it, the GPU starves (docs/domain.md §1 "host/launch" wall; S:wf: GB200 hits it
+earlier once FP8 speeds the GEMMs; Llama-3-70B TP8 turns host-bound, D:pg). CUDA graphs replace the kernels of a
+captured scope by one ``cudaGraphLaunch`` (TE ``make_graphed_callables`` per scope, or MCore's full-iteration
+graph; S:cg, D:cg):
+
+* ``attn`` — the attention block (norm, QKV, core attention, projection) forward and backward;
+* ``mlp`` — a dense MLP block; ``mamba`` — a Mamba mixer block;
+* ``moe_router`` — router GEMM, scoring, top-k, aux-loss bookkeeping;
+* ``moe_preprocess`` — dispatcher metadata and permutation bookkeeping (needs ``moe_router``);
+* ``moe`` — the whole MoE layer (static shapes only: drop-and-pad);
+* ``full_iteration`` — everything, one launch per step.
+
+Dropless token dispatch (``alltoall``/``flex``) needs the per-expert token counts on the host before the grouped
+GEMM can be launched: one device-to-host synchronisation per MoE layer forward (MCore ``MoEAlltoAllTokenDispatcher``
+``.tolist()`` of ``num_global_tokens_per_local_expert``); after it the queue is empty and the GPU waits for the
+next launches (``host_sync_us``). Kernel counts per component are catalog constants (efficiency.yaml).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class LayerLaunches:
+    """Host work of one decoder layer for one microbatch (forward + backward)."""
+
+    eager_kernels: float
+    graph_launches: float
+    syncs: float
+
+
+def host_cpu_family(host_cpu: str) -> str:
+    """'grace' for NVIDIA Grace hosts (GB200/GB300), else 'x86' (Xeon / EPYC DGX hosts)."""
+    return "grace" if "grace" in host_cpu.lower() else "x86"
+
+
+def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes: frozenset[str], graphs_on: bool,
+                   dropless: bool, ep: int, kernels: dict[str, float]) -> LayerLaunches:
+    """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes."""
+    full = graphs_on and "full_iteration" in scopes
+    cast = kernels.get("fp8_casts_per_gemm", 0.0)
+    eager = 0.0
+    graphs = 0.0
+    syncs = 0.0
+
+    def part(name: str, count: float, scope: str | None) -> None:
+        nonlocal eager, graphs
+        if count <= 0:
+            return
+        if full:
+            return
+        if graphs_on and scope is not None and scope in scopes:
+            graphs += 2.0  # one forward and one backward graph per scope instance
+        else:
+            eager += count
+
+    if mixer in ("A", "W"):
+        n = kernels["attn"] + (kernels.get("mla_extra", 0.0) if mla else 0.0) + cast * min(quant_gemms, 2)
+        part("attn", n, "attn")
+    elif mixer in ("M", "G"):
+        part("mamba", kernels["mamba"] + cast * min(quant_gemms, 2), "mamba")
+    if mlp == "D":
+        part("mlp", kernels["mlp"] + cast * 2, "mlp")
+    elif mlp == "E":
+        moe_scope = "moe" if "moe" in scopes else None
+        part("router", kernels["moe_router"], moe_scope or "moe_router")
+        part("preprocess", kernels["moe_preprocess"],
+             moe_scope or ("moe_preprocess" if "moe_router" in scopes else None))
+        part("dispatch", kernels["moe_dispatch"], moe_scope)
+        part("experts", kernels["moe_experts"] + cast * 2, moe_scope)
+        if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):
+            syncs = 1.0
+    return LayerLaunches(eager, graphs, syncs)
+
+
+def host_seconds(launch: LayerLaunches, *, launch_us: float, graph_launch_us: float) -> float:
+    """Host time to issue one layer's work (fwd + bwd) for one microbatch."""
+    return (launch.eager_kernels * launch_us + launch.graph_launches * graph_launch_us) * 1e-6

@@ -1,0 +1,69 @@
+"""Pipeline schedule and overlap: what hides behind what.
+
+* **1F1B / interleaved 1F1B** (Narayanan et al. 2021, Megatron-Core ``schedules.py``
+  ``forward_backward_pipelining_with(out)_interleaving``): with p stages, v virtual chunks per rank and m
+  microbatches the slowest stage sets the steady state (m · S) and the warm-up/flush idles every rank for
+  (p − 1)/v stage-times: step = (m + (p − 1)/v) · S_max. With m < p the warm-up cannot fill (MCore requires
+  m ≥ p for interleaving); the bubble is then (p − 1)/v · S as well.
+* **EP overlap** (``overlap_moe_expert_parallel_comm``; MCore ``combined_1f1b`` schedule): the backward of
+  microbatch i runs merged with the forward of i+1, so each A2A of one can hide behind the compute of the other; the
+  first forward and last backward stay exposed. ``ep_overlap_eff`` is the share of the partner's compute usable
+  for hiding (both streams contend for SMs and HBM); the flex dispatchers' SMs (DeepEP 20, HybridEP 16 by default)
+  are lost to compute while they run.
+* **delay_wgrad_compute** moves expert weight-gradient GEMMs after the dispatch so they also cover A2A: the hiding
+  window grows by the wgrad share of the MoE backward.
+* **TP comm overlap** (TE userbuffers): AG/RS are split in ``num_splits`` chunks pipelined with the GEMM; one chunk
+  stays exposed, and anything longer than the GEMM is exposed.
+* **CP p2p**: each KV-chunk exchange overlaps the attention of the previous chunk (TE ring attention).
+* **DP** (``overlap_grad_reduce`` / ``overlap_param_gather``, distributed optimizer): the gradient reduce-scatter
+  runs during the last microbatch's backward and the parameter all-gather during the first microbatch's forward;
+  the last / first bucket cannot overlap (MCore ``DistributedDataParallel`` buckets).
+"""
+
+from __future__ import annotations
+
+
+def pipeline_step(stage_seconds: list[float], m: int, pp: int, vpp: int) -> tuple[float, float]:
+    """(steady-state seconds, bubble seconds) of a (interleaved) 1F1B schedule; see module doc."""
+    s_max = max(stage_seconds) if stage_seconds else 0.0
+    steady = m * s_max
+    bubble = (pp - 1) / max(vpp, 1) * s_max if pp > 1 else 0.0
+    return steady, bubble
+
+
+def tp_exposed(comm: float, gemm: float, *, overlap: bool, splits: int) -> float:
+    """Exposed TP/SP collective time of a layer given its GEMM time."""
+    if comm <= 0:
+        return 0.0
+    if not overlap:
+        return comm
+    return comm / splits + max(0.0, comm * (1 - 1 / splits) - gemm)
+
+
+def cp_exposed(comm: float, attn: float, *, cp_comm_type: str) -> float:
+    """Exposed CP exchange: ``p2p`` hides behind the attention chunks, the all-to-all/all-gather variants do not."""
+    if comm <= 0:
+        return 0.0
+    if cp_comm_type == "p2p":
+        return max(0.0, comm - attn) + comm / 8  # the first chunk's exchange precedes any attention work
+    return comm
+
+
+def ep_exposed(a2a: float, partner_compute: float, m: int, *, overlap: bool, eff: float) -> float:
+    """Exposed EP dispatch/combine per microbatch (stage total) under EP overlap or not."""
+    if a2a <= 0:
+        return 0.0
+    if not overlap:
+        return a2a
+    hidden = min(a2a, eff * partner_compute)
+    # the first forward and the last backward of the step have no partner microbatch
+    return a2a - hidden * (1 - 1 / max(m, 1))
+
+
+def dp_exposed(comm: float, window: float, buckets: float, *, overlap: bool) -> float:
+    """Exposed DP collective: hidden in ``window`` seconds of compute except the last bucket."""
+    if comm <= 0:
+        return 0.0
+    if not overlap:
+        return comm
+    return max(comm / max(buckets, 1.0), comm - window)

@@ -1,0 +1,707 @@
+"""Step time, throughput and the walls: ``estimate_time(job) -> TimeEstimate``.
+
+Two phases keep the planner fast:
+
+1. :func:`build_profile` turns a :class:`~moetune.spec.job.Job` into per-stage *work* (GEMM shapes and FLOPs,
+   attention FLOPs, memory-bound bytes, collective bytes, kernel launches) — no efficiency parameters involved.
+   Per-layer work is cached per (model, layer type, batch shape, layout, precision).
+2. :func:`evaluate` prices the work with an :class:`~moetune.perfmodel.calibration.Efficiency` set (numpy), applies
+   the schedule (:mod:`moetune.perfmodel.schedule`) and returns seconds per wall.
+
+Per-microbatch stage time S = compute (fwd + 2× fwd for backward) + recompute + exposed TP/CP/EP communication +
+exposed host time; step = (m + (p−1)/v)·S_max + exposed PP + exposed DP + optimizer step.
+Model TFLOP/s/GPU uses the Megatron-Bridge FLOPs definition (:func:`moetune.perfmodel.flops.flops_per_token`,
+docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from moetune.perfmodel import comm as C
+from moetune.perfmodel import compute as K
+from moetune.perfmodel import host as H
+from moetune.perfmodel import schedule as S
+from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
+from moetune.spec.job import Job
+from moetune.spec.model import ModelArch
+
+WALL_ORDER = ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "comm_pp", "comm_dp", "pipeline_bubble",
+              "host", "optimizer")
+WALL_LABEL = {
+    "compute": "compute", "recompute": "recompute", "comm_tp": "TP/SP comm", "comm_cp": "CP comm",
+    "comm_ep": "EP dispatch/combine", "comm_pp": "PP send/recv", "comm_dp": "DP grad/param comm",
+    "pipeline_bubble": "pipeline bubble", "host": "host/launch", "optimizer": "optimizer step",
+}
+
+
+# ------------------------------------------------------------------------------------------------------------
+# result model
+# ------------------------------------------------------------------------------------------------------------
+
+
+class Wall(BaseModel):
+    seconds: float
+    share: float = Field(description="seconds / step_time_s")
+
+
+class TimeEstimate(BaseModel):
+    """Predicted step time and its itemisation by wall (seconds and shares add up to the step)."""
+
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    model_tflops_per_gpu: float = Field(description="Megatron-Bridge definition (tokens/s/GPU × FLOPs/token)")
+    mfu: dict[str, float] = Field(description="{'bf16': vs BF16 peak, '<precision>': vs the precision's peak}")
+    walls: dict[str, Wall]
+    dominant_wall: str
+    flops_per_token: float
+    num_microbatches: int
+    bottleneck_stage: int
+    stage_seconds: list[float] = Field(description="per-microbatch time of each PP rank")
+    compute_detail: dict[str, float] = Field(description="seconds per step on the bottleneck stage by kernel kind")
+    assumptions: list[str]
+    efficiency_source: str
+
+
+# ------------------------------------------------------------------------------------------------------------
+# profile (work, no efficiency)
+# ------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LayerType:
+    """Work of one decoder layer kind (fwd, one microbatch, one GPU)."""
+
+    key: tuple
+    work: dict[str, np.ndarray]
+    tp_bytes: float  # sum of full-tensor sizes of the forward AG/RS collectives
+    cp_bytes: float
+    a2a_intra: float  # per A2A (dispatch or combine), bytes sent by one rank
+    a2a_inter: float
+    is_moe: bool
+    launches: H.LayerLaunches
+
+
+@dataclass
+class StageWork:
+    layer_counts: dict[tuple, float] = field(default_factory=dict)
+    extra: dict[str, np.ndarray] | None = None  # embedding / logits / loss work
+    extra_kernels: float = 0.0
+    dense_params: float = 0.0  # local (per GPU) params, dense mesh
+    expert_params: float = 0.0  # local expert params
+    layers: int = 0
+
+
+@dataclass
+class Profile:
+    job: Job
+    types: dict[tuple, LayerType]
+    stages: list[StageWork]
+    m: int
+    pp: int
+    vpp: int
+    flops_per_token: float
+    recompute_frac: dict[int, float]  # tag -> fraction of its forward recomputed (selective)
+    recompute_a2a: float  # A2As recomputed per MoE layer (moe recompute)
+    full_recompute_frac: float
+    assumptions: list[str]
+    pp_bytes: float
+    pp_cross: bool
+    quant_bytes: float
+    pcls: str
+
+
+_FLOPS_CACHE: dict[tuple, Any] = {}
+
+
+def _flops_api():
+    from moetune.perfmodel import flops as F  # helper A's module: one implementation of the FLOPs formulas
+
+    return F
+
+
+def _model_key(model: ModelArch) -> tuple:
+    return (id(model), model.name)
+
+
+def _layer_flops(model: ModelArch, i: int, seq: int) -> dict[str, float]:
+    key = (_model_key(model), "layer", i, seq)
+    v = _FLOPS_CACHE.get(key)
+    if v is None:
+        v = dict(_flops_api().layer_flops(model, i, seq))
+        _FLOPS_CACHE[key] = (model, v)
+        return v
+    return v[1]
+
+
+def _total_flops(model: ModelArch, seq: int, tp: int = 1) -> float:
+    key = (_model_key(model), "total", seq, tp)
+    v = _FLOPS_CACHE.get(key)
+    if v is None:
+        fb = _flops_api().flops_per_token(model, seq, tp)
+        total = float(getattr(fb, "total", fb))
+        _FLOPS_CACHE[key] = (model, total)
+        return total
+    return v[1]
+
+
+def _classify(name: str) -> str:
+    """Map a component key of ``layer_flops`` to a work kind of this module."""
+    n = name.lower()
+    if "core" in n or "sdpa" in n or ("attention" in n and ("score" in n or "context" in n)):
+        return "core_attn"
+    if "router" in n or "gate" == n:
+        return "router"
+    if "shared" in n:
+        return "shared"
+    if "expert" in n or "routed" in n or n == "moe":
+        return "experts"
+    if "mamba" in n or "ssm" in n or "deltanet" in n or "gdn" in n or "mixer" in n or "linear_attn" in n:
+        return "mixer"
+    if "mlp" in n or "ffn" in n or "dense" in n:
+        return "mlp"
+    if "attn" in n or "attention" in n or "qkv" in n or "proj" in n or "mla" in n:
+        return "attn_proj"
+    if "logit" in n or "output" in n or "lm_head" in n:
+        return "logits"
+    return "other"
+
+
+def _mla_up_fraction(model: ModelArch) -> float:
+    """Share of MLA projection FLOPs in the up-projections (shape split for ``mla_up_proj`` recompute)."""
+    if not model.multi_latent_attention:
+        return 0.0
+    h, n = model.hidden_size, model.num_attention_heads
+    d_qk = (model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0)
+    r_q, r_kv, d_v = model.q_lora_rank, model.kv_lora_rank or 0, model.v_head_dim or 0
+    q_down = h * r_q if r_q else 0
+    q_up = r_q * n * d_qk if r_q else h * n * d_qk
+    kv_down = h * (r_kv + (model.qk_pos_emb_head_dim or 0))
+    kv_up = r_kv * n * ((model.qk_head_dim or 0) + d_v)
+    o = n * d_v * h
+    tot = q_down + q_up + kv_down + kv_up + o
+    return (q_up + kv_up) / tot if tot else 0.0
+
+
+def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
+    model, lay, feat = job.model, job.layout, job.features
+    mixer, mlp = model.mixer_pattern[i], model.mlp_pattern[i]
+    s, b = job.seq_length, job.micro_batch_size
+    tp, cp, ep, etp = lay.tp, lay.cp, lay.ep, lay.expert_tp
+    h = model.hidden_size
+    t_a = s * b / cp  # tokens per attention (TP) group on this rank's CP shard
+    t_gpu = t_a / tp  # SP-sharded tokens per GPU
+    comps = _layer_flops(model, i, s)
+    wl = K.WorkList()
+    qb = K.QUANT_BYTES.get(feat.precision, 2.0)
+    k_top = float(model.moe_router_topk or 1)
+    E = float(model.num_moe_experts or 1)
+    up_frac = _mla_up_fraction(model) if mixer in ("A", "W") else 0.0
+    cast_elems = 0.0
+    n_quant = 0
+    for name, f in comps.items():
+        if f <= 0:
+            continue
+        kind = _classify(name)
+        if kind == "core_attn":
+            wl.attn(t_a * f / tp, layer=i)
+        elif kind == "attn_proj":
+            n_eff = f / (2 * h) / tp
+            if up_frac > 0:
+                wl.gemm(t_a * f / tp * up_frac, t_a, n_eff, h, quant=quant, tag="mla_up", layer=i)
+                wl.gemm(t_a * f / tp * (1 - up_frac), t_a, n_eff, h, quant=quant, tag="attn_proj", layer=i)
+            else:
+                wl.gemm(t_a * f / tp, t_a, n_eff, h, quant=quant, tag="attn_proj", layer=i)
+            cast_elems += 2 * h
+            n_quant += 2
+        elif kind == "mlp":
+            wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="mlp", layer=i)
+            cast_elems += h + (model.ffn_hidden_size or h)
+            n_quant += 2
+        elif kind == "mixer":
+            wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="mixer", layer=i)
+            cast_elems += 2 * h
+            n_quant += 2
+        elif kind == "experts":
+            m_exp = t_gpu * k_top * ep * etp / E
+            groups = max(E / ep, 1.0)
+            n_exp = f / (2 * h * k_top) / etp
+            wl.gemm(t_gpu * f, m_exp, n_exp, h, groups=groups, quant=quant, tag="experts", layer=i)
+            cast_elems += k_top * (h + (model.moe_ffn_hidden_size or h)) / etp
+            n_quant += 2
+        elif kind == "shared":
+            wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="shared", layer=i)
+            cast_elems += h + (model.moe_shared_expert_intermediate_size or h)
+            n_quant += 2
+        elif kind == "router":
+            wl.gemm(t_gpu * f, t_gpu, E, h, quant=False, tag="router", layer=i)
+        else:
+            wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp, 1.0), h, quant=False, tag="other", layer=i)
+    # memory-bound kernels (forward bytes on this GPU)
+    hd = model.head_dim
+    if mixer != "_":
+        wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
+    if mixer in ("A", "W"):
+        qk = (model.num_attention_heads + model.query_groups) * hd
+        wl.mem(t_a * K.rope_bytes(qk) / tp, tag="attn_proj", layer=i)
+    if mlp != "_":
+        wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
+    if mlp == "D":
+        wl.mem(t_a * K.glu_bytes(model.ffn_hidden_size, model.gated_linear_unit) / tp, tag="mlp_act", layer=i)
+    elif mlp == "E":
+        wl.mem(t_gpu * K.router_bytes(E, k_top), tag="router", layer=i)
+        wl.mem(t_gpu * K.permute_bytes(h, k_top), tag="moe_perm", layer=i)
+        wl.mem(t_gpu * k_top * K.glu_bytes(model.moe_ffn_hidden_size or 0, model.gated_linear_unit) / etp,
+               tag="moe_act", layer=i)
+        if model.moe_shared_expert_intermediate_size:
+            wl.mem(t_a * K.glu_bytes(model.moe_shared_expert_intermediate_size, model.gated_linear_unit) / tp,
+                   tag="shared", layer=i)
+    if quant and cast_elems:
+        wl.mem(t_gpu * K.cast_bytes(cast_elems, qb), tag="other", layer=i)
+    # communication
+    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp)
+    tp_bytes = n_tp * t_a * h * C.BF16
+    if not feat.sequence_parallel and tp > 1:
+        tp_bytes *= 2  # all-reduce instead of AG/RS
+    cp_b = 0.0
+    if mixer in ("A", "W") and cp > 1:
+        kv_w = 2 * model.query_groups * hd / tp
+        if model.multi_latent_attention:
+            kv_w = model.num_attention_heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0)
+                                                + (model.v_head_dim or 0)) / tp
+        cp_b = C.cp_bytes_per_layer(t_a, kv_w, cp, feat.cp_comm_type)
+    intra = inter = 0.0
+    if mlp == "E":
+        intra, inter = C.a2a_bytes(t_gpu, h, k_top, ep, etp, job.system.nvlink_domain,
+                                   feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
+    scopes = frozenset(feat.cuda_graph_scope)
+    graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
+    dropless = feat.moe_expert_capacity_factor is None
+    launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention, quant_gemms=n_quant if quant else 0,
+                                scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
+                                kernels=consts["kernels_per_layer"])
+    return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
+
+
+_TYPE_CACHE: dict[tuple, tuple[Any, LayerType]] = {}
+
+
+def _cached_layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
+    lay, feat = job.layout, job.features
+    key = (_model_key(job.model), job.model.mixer_pattern[i], job.model.mlp_pattern[i], quant, job.seq_length,
+           job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.precision,
+           feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend, feat.sequence_parallel,
+           feat.cp_comm_type, feat.cuda_graph_impl, feat.cuda_graph_scope, feat.moe_expert_capacity_factor,
+           id(consts))
+    hit = _TYPE_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    # layers of one kind share their work only if their FLOPs match; key on the first index of the kind
+    lt = _layer_type(job, i, quant, consts)
+    if len(_TYPE_CACHE) > 20000:
+        _TYPE_CACHE.clear()
+    _TYPE_CACHE[key] = (job.model, lt)
+    return lt
+
+
+def _stages(job: Job, notes: list[str]) -> tuple[list[list[int]], list[bool], list[bool], list[int], int]:
+    """(decoder layer ids per PP rank, embedding flags, loss flags, MTP layers per rank, vpp).
+
+    Uses :func:`moetune.spec.pipeline.pipeline_stages`. When the layout gives no valid split (e.g. 61 layers on
+    PP16 without a layout string, as published rows that rely on a recipe's ``pipeline_model_parallel_layout``),
+    layers are spread as evenly as possible over the PP·VPP stages and the assumption is listed.
+    """
+    from moetune.errors import LayoutError
+    from moetune.spec.pipeline import pipeline_stages
+
+    try:
+        ranks = pipeline_stages(job.model, job.layout)
+    except LayoutError as exc:
+        pp, v = job.layout.pp, job.layout.vpp_size
+        n_st = pp * v
+        nl = job.model.num_layers
+        bounds = [round(k * nl / n_st) for k in range(n_st + 1)]
+        ids: list[list[int]] = [[] for _ in range(pp)]
+        for k in range(n_st):
+            ids[k % pp].extend(range(bounds[k], bounds[k + 1]))
+        notes.append(f"pipeline split: {str(exc)[:90]} -> layers spread evenly over {n_st} stages")
+        mtp = [0] * pp
+        mtp[-1] = job.model.mtp_num_layers
+        return ids, [p == 0 for p in range(pp)], [p == pp - 1 for p in range(pp)], mtp, v
+    v = len(ranks[0].chunks) if ranks else 1
+    return ([list(r.layers) for r in ranks], [r.embedding for r in ranks], [r.loss for r in ranks],
+            [r.mtp_layers for r in ranks], v)
+
+
+def _param_split(model: ModelArch, i: int) -> tuple[float, float]:
+    """(dense-mesh params, expert params) of decoder layer i (moetune.perfmodel.params)."""
+    from moetune.perfmodel.params import layer_params
+
+    lp = layer_params(model, i)
+    expert = float(lp.routed_experts)
+    return float(lp.total) - expert, expert
+
+
+def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
+    """Work of every pipeline stage of ``job`` for one microbatch (see module doc)."""
+    eff = eff or default_efficiency()
+    consts = eff.constants
+    model, lay, feat = job.model, job.layout, job.features
+    assumptions: list[str] = list(job.assumptions)
+    layers_per_rank, emb, loss, mtp, v = _stages(job, assumptions)
+    nl = model.num_layers
+    quant_on = feat.precision not in ("bf16", "fp16")
+    bf16_layers: set[int] = set()
+    if quant_on and feat.first_last_layers_bf16:
+        bf16_layers = {0, nl - 1}
+    types: dict[tuple, LayerType] = {}
+    stages: list[StageWork] = []
+    seq = job.seq_length
+    total = _total_flops(model, seq, lay.tp)
+    # model FLOPs per layer (the router GEMM is informational in layer_flops, not part of Bridge's total)
+    fwd_layers = [sum(v for k, v in _layer_flops(model, i, seq).items() if k != "router") for i in range(nl)]
+    n_mtp = model.mtp_num_layers
+    rest_fwd = max(total / 3.0 - sum(fwd_layers) - n_mtp * fwd_layers[-1], 0.0)  # logits (+ MTP projections)
+    h = model.hidden_size
+    t_a = seq * job.micro_batch_size / lay.cp
+    tp = lay.tp
+    vpad = model.padded_vocab_size(tp)
+    for p, ids in enumerate(layers_per_rank):
+        st = StageWork()
+        dense_p = exp_p = 0.0
+        for i in ids + [nl - 1] * mtp[p]:
+            quant = quant_on and i not in bf16_layers
+            lt = _cached_layer_type(job, i, quant, consts)
+            types[lt.key] = lt
+            st.layer_counts[lt.key] = st.layer_counts.get(lt.key, 0.0) + 1.0
+            d, e = _param_split(model, i)
+            dense_p += d
+            exp_p += e
+        st.layers = len(ids) + mtp[p]
+        wl = K.WorkList()
+        kern = 0.0
+        if emb[p]:
+            wl.mem(t_a / tp * h * K.BF16_BYTES * 2, tag="other", layer=-1)
+            kern += consts["kernels_per_layer"]["embedding_loss"] / 2
+            dense_p += vpad * h
+        if loss[p]:
+            share = (1 + n_mtp) if n_mtp else 1
+            f = rest_fwd
+            wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp / share, 1.0), h, quant=False, tag="logits", layer=-1)
+            # logits written in BF16, fused cross-entropy reads them and writes FP32 grads
+            wl.mem(t_a * share * vpad / tp * (2 * K.BF16_BYTES + 4.0), tag="logits", layer=-1)
+            kern += consts["kernels_per_layer"]["embedding_loss"] / 2
+            if model.untie_embeddings_and_output_weights or lay.pp > 1:
+                dense_p += vpad * h
+        st.extra = wl.arrays()
+        st.extra_kernels = kern
+        st.dense_params = dense_p / tp
+        st.expert_params = exp_p / (lay.ep * lay.expert_tp)
+        stages.append(st)
+    # recompute selection
+    rf: dict[int, float] = {}
+    rec_a2a = 0.0
+    full_frac = 0.0
+    if feat.recompute_granularity == "full":
+        n_rec = feat.recompute_num_layers
+        per_chunk = max(len(layers_per_rank[0]) / max(v, 1), 1.0)
+        if feat.recompute_method == "block" and n_rec is not None:
+            full_frac = min(1.0, n_rec / per_chunk)
+        else:
+            full_frac = 1.0
+    elif feat.recompute_granularity == "selective" or feat.recompute_modules:
+        mods = feat.recompute_modules or ("core_attn",)
+        if not feat.recompute_modules:
+            assumptions.append("recompute_modules unset with selective granularity: MCore default [core_attn]")
+        sel = {
+            "core_attn": ("core_attn",), "layernorm": ("norm",), "mlp": ("mlp", "mlp_act"),
+            "moe_act": ("moe_act",), "shared_experts": ("shared",), "mla_up_proj": ("mla_up",),
+            "moe": ("router", "moe_perm", "experts", "moe_act", "shared"),
+        }
+        for mname in mods:
+            for tag in sel.get(mname, ()):
+                rf[K.TAG[tag]] = 1.0
+            if mname == "moe":
+                rec_a2a = 2.0
+    # PP send/recv of one microbatch's activations at a stage boundary
+    pp_bytes = t_a / (tp if feat.sequence_parallel else 1) * h * C.BF16
+    pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
+    m = max(job.num_microbatches, 1)
+    pcls = K.precision_class(feat.precision, job.system.gpu.arch)
+    return Profile(job, types, stages, m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes, pp_cross,
+                   K.QUANT_BYTES.get(feat.precision, 2.0), pcls)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# evaluation (efficiency → seconds)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float], full_frac: float
+           ) -> tuple[float, float, float, float, float, float]:
+    """(fwd gemm s, fwd attn s, fwd mem s, recompute fwd s, gemm s of TP-sharded kinds, fwd MoE-expert s)."""
+    gf = work["g_flops"]
+    if gf.size:
+        tg = K.gemm_seconds(gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"],
+                            peak_quant_tflops=r["peak_q"], eff_quant=r["eff_q"], peak_bf16_tflops=r["peak_b"],
+                            eff_bf16=r["eff_b"], knee=r["knee"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"],
+                            quant_bytes=r["qb"])
+    else:
+        tg = gf
+    ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r["peak_b"], eff=r["attn_eff"])
+    te = K.memory_seconds(work["e_bytes"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"])
+    g, a, e = float(tg.sum()), float(ta.sum()), float(te.sum())
+    rec = 0.0
+    if full_frac > 0:
+        rec = full_frac * (g + a + e)
+    elif rf:
+        for tag, frac in rf.items():
+            if tg.size:
+                rec += frac * float(tg[work["g_tag"] == tag].sum())
+            if ta.size:
+                rec += frac * float(ta[work["a_tag"] == tag].sum())
+            if te.size:
+                rec += frac * float(te[work["e_tag"] == tag].sum())
+    tp_kinds = float(tg[work["g_tag"] != K.TAG["experts"]].sum()) if tg.size else 0.0
+    exp = float(tg[work["g_tag"] == K.TAG["experts"]].sum()) if tg.size else 0.0
+    return g, a, e, rec, tp_kinds, exp
+
+
+def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
+    gpu = job.system.gpu
+    arch = gpu.arch if gpu.arch != "ampere" else "hopper"
+    peak_b = gpu.peak_tflops["bf16"]
+    pk = K.peak_key(pcls)
+    peak_q = gpu.peak_tflops.get(pk, gpu.peak_tflops.get("fp8", peak_b)) if pcls != "bf16" else peak_b
+    eff_b = eff.get(f"gemm_eff.{arch}.bf16", 0.7)
+    eff_q = eff.get(f"gemm_eff.{arch}.{pcls}", eff.get(f"gemm_eff.{arch}.fp8", eff_b)) if pcls != "bf16" else eff_b
+    cpu = H.host_cpu_family(job.system.host_cpu)
+    return {
+        "peak_b": peak_b, "peak_q": peak_q, "eff_b": eff_b, "eff_q": eff_q, "knee": eff["gemm_knee"],
+        "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "attn_eff": eff.get(f"attn_eff.{arch}", 0.45),
+        "nv": job.system.nvlink_bw_gbs * eff["nvlink_eff"], "nic": job.system.scaleout_bw_gbs * eff["scaleout_eff"],
+        "launch_us": eff.get(f"launch_us.{cpu}", 6.0), "qb": qb, "ep_eff": eff["ep_overlap_eff"],
+    }
+
+
+def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
+    """Seconds per wall for a profile (see module doc); plain dict, no pydantic (hot path of the fit/planner)."""
+    job = prof.job
+    lay, feat, sysm = job.layout, job.features, job.system
+    consts = eff.constants
+    r = _rates(job, eff, prof.pcls, prof.quant_bytes)
+    m = prof.m
+    # per layer type: price once
+    priced: dict[tuple, dict[str, float]] = {}
+    tp_busbw = C.bus_bandwidth(lay.tp, 1, sysm.nvlink_domain, r["nv"], r["nic"])
+    cp_busbw = C.bus_bandwidth(lay.cp, lay.tp, sysm.nvlink_domain, r["nv"], r["nic"])
+    n_sms = 0
+    if feat.moe_token_dispatcher_type == "flex":
+        n_sms = feat.moe_flex_dispatcher_num_sms or (consts["deepep_sms"] if feat.moe_flex_dispatcher_backend
+                                                     == "deepep" else consts["hybridep_sms"])
+    sm_frac = n_sms / job.system.gpu.sm_count
+    splits = consts["tp_overlap_splits"]
+    tp_overlap = feat.tp_comm_overlap and lay.tp > 1 and feat.sequence_parallel
+    for key, lt in prof.types.items():
+        g, a, e, rec, g_tp, g_exp = _price(lt.work, r, prof.recompute_frac, prof.full_recompute_frac)
+        comp = 3 * (g + a + e)  # fwd + bwd (dgrad + wgrad ≈ 2× fwd; attention bwd counted as 2× fwd FLOPs)
+        tp_comm = 2 * C.ring_seconds(lt.tp_bytes, lay.tp, tp_busbw) if lay.tp > 1 else 0.0
+        tp_exp = S.tp_exposed(tp_comm, 3 * g_tp, overlap=tp_overlap, splits=splits)
+        cp_comm = 2 * lt.cp_bytes / (cp_busbw * 1e9) if lay.cp > 1 else 0.0
+        cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=feat.cp_comm_type)
+        a2a_one = C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r["nv"], r["nic"]) if lt.is_moe else 0.0
+        rec_a2a = prof.recompute_a2a * a2a_one
+        if prof.full_recompute_frac > 0 and lt.is_moe:
+            rec_a2a = 2 * a2a_one * prof.full_recompute_frac
+        a2a = 4 * a2a_one
+        priced[key] = {"comp": comp, "gemm": 3 * g, "attn": 3 * a, "mem": 3 * e, "rec": rec + rec_a2a,
+                       "tp": tp_exp, "cp": cp_exp, "a2a": a2a, "exp": 3 * g_exp,
+                       "host": H.host_seconds(lt.launches, launch_us=r["launch_us"],
+                                              graph_launch_us=consts["graph_launch_us"]),
+                       "sync": lt.launches.syncs * consts["host_sync_us"] * 1e-6}
+    stage_walls: list[dict[str, float]] = []
+    ep_overlap = feat.overlap_moe_expert_parallel_comm and lay.ep > 1
+    for st in prof.stages:
+        w = {"compute": 0.0, "recompute": 0.0, "comm_tp": 0.0, "comm_cp": 0.0, "comm_ep": 0.0, "host": 0.0,
+             "gemm": 0.0, "attn": 0.0, "mem": 0.0}
+        a2a_tot = 0.0
+        exp_tot = 0.0
+        host_gap = 0.0
+        for key, n in st.layer_counts.items():
+            q = priced[key]
+            w["compute"] += n * q["comp"]
+            w["gemm"] += n * q["gemm"]
+            w["attn"] += n * q["attn"]
+            w["mem"] += n * q["mem"]
+            w["recompute"] += n * q["rec"]
+            w["comm_tp"] += n * q["tp"]
+            w["comm_cp"] += n * q["cp"]
+            a2a_tot += n * q["a2a"]
+            exp_tot += n * q["exp"]
+            gpu_t = q["comp"] + q["tp"] + q["cp"] + q["rec"] + (0.0 if ep_overlap else q["a2a"])
+            host_gap += n * (max(0.0, q["host"] - gpu_t) + (0.0 if ep_overlap else q["sync"]))
+        if st.extra is not None:
+            g, a, e, _, _, _ = _price(st.extra, r, {}, 0.0)
+            w["compute"] += 3 * (g + a + e)
+            w["gemm"] += 3 * g
+            w["mem"] += 3 * e
+            host_gap += max(0.0, st.extra_kernels * r["launch_us"] * 1e-6 - 3 * (g + a + e))
+        # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
+        partner = w["compute"]
+        if feat.delay_wgrad_compute:
+            partner += exp_tot / 3.0  # expert wgrad moved behind the dispatch
+        ep_exp = S.ep_exposed(a2a_tot, partner, m, overlap=ep_overlap, eff=r["ep_eff"])
+        if ep_overlap and sm_frac > 0:
+            # compute that runs next to the flex dispatcher loses its SMs for the hidden time
+            ep_exp += (a2a_tot - ep_exp) * sm_frac / max(1 - sm_frac, 1e-3)
+        w["comm_ep"] = ep_exp
+        w["host"] = host_gap
+        stage_walls.append(w)
+    per_mb = [sum(w[k] for k in ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "host"))
+              for w in stage_walls]
+    steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp)
+    bott = int(np.argmax(per_mb))
+    wb = stage_walls[bott]
+    # PP send/recv: warm-up/flush transfers are on the critical path; steady-state ones overlap (overlap_p2p_comm)
+    pp_exp = 0.0
+    if prof.pp > 1:
+        bw = r["nic"] if prof.pp_cross else r["nv"]
+        t_p2p = prof.pp_bytes / (bw * 1e9)
+        pp_exp = 2 * (prof.pp - 1) * t_p2p
+        if not (feat.overlap_p2p_comm and prof.vpp > 1):
+            pp_exp += 2 * m * prof.vpp * t_p2p
+    # DP gradient reduce-scatter / parameter all-gather (distributed optimizer) and optimizer step
+    dp_exp, opt = _dp_and_optimizer(prof, eff, r, wb, m)
+    walls = {
+        "compute": m * wb["compute"], "recompute": m * wb["recompute"], "comm_tp": m * wb["comm_tp"],
+        "comm_cp": m * wb["comm_cp"], "comm_ep": m * wb["comm_ep"], "comm_pp": pp_exp, "comm_dp": dp_exp,
+        "pipeline_bubble": bubble, "host": m * wb["host"], "optimizer": opt,
+    }
+    step = sum(walls.values())
+    detail = {"gemm": m * wb["gemm"], "attention": m * wb["attn"], "memory_bound": m * wb["mem"]}
+    return {"walls": walls, "step": step, "stage_seconds": per_mb, "bottleneck": bott, "detail": detail}
+
+
+def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: dict[str, float], m: int
+                      ) -> tuple[float, float]:
+    job = prof.job
+    lay, feat, sysm = job.layout, job.features, job.system
+    consts = eff.constants
+    st = max(prof.stages, key=lambda s: s.dense_params + s.expert_params)
+    dp, edp = job.dp, job.edp
+    n_dense = dp * lay.cp
+    grad_b = 4.0 if (feat.grad_reduce_in_fp32 and feat.main_grads_dtype == "fp32") else 2.0
+    param_b = 1.0 if (feat.fp8_param_gather and feat.precision in ("fp8_cs", "fp8_delayed")) else 2.0
+    bw_dense = C.bus_bandwidth(n_dense, lay.tp, sysm.nvlink_domain, r["nv"], r["nic"])
+    bw_exp = C.bus_bandwidth(edp, lay.ep * lay.expert_tp, sysm.nvlink_domain, r["nv"], r["nic"])
+    rs = C.ring_seconds(st.dense_params * grad_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * grad_b,
+                                                                                       edp, bw_exp)
+    ag = C.ring_seconds(st.dense_params * param_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * param_b,
+                                                                                        edp, bw_exp)
+    local = st.dense_params + st.expert_params
+    buckets = max(local / consts["ddp_bucket_params"], 1.0)
+    per_mb_compute = wb["compute"] + wb["recompute"]
+    if feat.use_megatron_fsdp:
+        # Megatron-FSDP (optim_grads_params): params gathered for fwd and bwd and grads reduce-scattered every
+        # microbatch, prefetched behind the previous layer's compute
+        per_mb = 2 * ag + rs
+        dp_exp = m * max(per_mb / buckets, per_mb - per_mb_compute)
+        shard = max(n_dense, 1)
+    elif feat.use_distributed_optimizer:
+        dp_exp = S.dp_exposed(rs, per_mb_compute * 2 / 3, buckets, overlap=feat.overlap_grad_reduce)
+        dp_exp += S.dp_exposed(ag, per_mb_compute / 3, buckets, overlap=feat.overlap_param_gather)
+        shard = max(n_dense, 1)
+    else:
+        dp_exp = S.dp_exposed(2 * rs, per_mb_compute * 2 / 3, buckets, overlap=feat.overlap_grad_reduce)
+        shard = 1
+    opt_params = st.dense_params / shard + st.expert_params / (max(edp, 1) if shard > 1 else 1)
+    opt = opt_params * consts["optimizer_bytes_per_param"] / (r["hbm"] * 1e9 * r["hbm_eff"])
+    return dp_exp, opt
+
+
+# ------------------------------------------------------------------------------------------------------------
+# public API
+# ------------------------------------------------------------------------------------------------------------
+
+
+def _resolve_eff(efficiency: Efficiency | str | Path | None) -> Efficiency:
+    if efficiency is None:
+        return default_efficiency()
+    if isinstance(efficiency, Efficiency):
+        return efficiency
+    return load_efficiency(efficiency)
+
+
+def predict_tflops(prof: Profile, eff: Efficiency) -> float:
+    """Model TFLOP/s/GPU of a profile (hot path of the fit)."""
+    res = evaluate(prof, eff)
+    job = prof.job
+    tok = job.global_batch_size * job.seq_length / (res["step"] * job.gpus)
+    return tok * prof.flops_per_token / 1e12
+
+
+def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -> TimeEstimate:
+    """Step time, throughput, MFU and the walls of ``job`` (see module doc)."""
+    eff = _resolve_eff(efficiency)
+    prof = build_profile(job, eff)
+    res = evaluate(prof, eff)
+    step = res["step"]
+    tok = job.global_batch_size * job.seq_length / (step * job.gpus)
+    tflops = tok * prof.flops_per_token / 1e12
+    gpu = job.system.gpu
+    pk = K.peak_key(prof.pcls)
+    mfu = {"bf16": tflops / gpu.peak_tflops["bf16"]}
+    mfu[job.features.precision] = tflops / gpu.peak_tflops.get(pk, gpu.peak_tflops["bf16"])
+    walls = {k: Wall(seconds=res["walls"][k], share=res["walls"][k] / step if step else 0.0) for k in WALL_ORDER}
+    dominant = max(WALL_ORDER, key=lambda k: res["walls"][k])
+    assumptions = list(prof.assumptions)
+    assumptions.append(f"efficiency parameters: {eff.origin}")
+    if job.layout.ep > 1 and not job.features.moe_router_force_load_balancing:
+        assumptions.append("routing treated as balanced (tokens per expert rank = mean); imbalance slows the step")
+    return TimeEstimate(
+        step_time_s=step, tokens_per_s_per_gpu=tok, model_tflops_per_gpu=tflops, mfu=mfu, walls=walls,
+        dominant_wall=dominant, flops_per_token=prof.flops_per_token, num_microbatches=prof.m,
+        bottleneck_stage=res["bottleneck"], stage_seconds=res["stage_seconds"], compute_detail=res["detail"],
+        assumptions=assumptions, efficiency_source=eff.origin,
+    )
+
+
+def render_time(est: TimeEstimate, console) -> None:
+    """Rich view: headline numbers, the walls as a stacked bar, and the dominant wall named."""
+    from rich.table import Table
+    from rich.text import Text
+
+    colors = {"compute": "green", "recompute": "yellow", "comm_tp": "cyan", "comm_cp": "bright_cyan",
+              "comm_ep": "magenta", "comm_pp": "blue", "comm_dp": "bright_blue", "pipeline_bubble": "white",
+              "host": "red", "optimizer": "bright_black"}
+    console.print(f"[bold]Step time[/] {est.step_time_s:.3f} s   [bold]tokens/s/GPU[/] {est.tokens_per_s_per_gpu:,.0f}"
+                  f"   [bold]model TFLOP/s/GPU[/] {est.model_tflops_per_gpu:,.1f}   "
+                  + "   ".join(f"MFU({k}) {v * 100:.1f}%" for k, v in est.mfu.items()))
+    width = 60
+    bar = Text()
+    for k in WALL_ORDER:
+        n = round(est.walls[k].share * width)
+        if n:
+            bar.append("█" * n, style=colors[k])
+    console.print(bar)
+    tab = Table(show_header=True, header_style="bold", box=None)
+    tab.add_column("wall")
+    tab.add_column("seconds", justify="right")
+    tab.add_column("share", justify="right")
+    for k in WALL_ORDER:
+        w = est.walls[k]
+        if w.seconds <= 0:
+            continue
+        tab.add_row(Text("■ ", style=colors[k]) + Text(WALL_LABEL[k]), f"{w.seconds:.3f}", f"{w.share * 100:.1f}%")
+    console.print(tab)
+    console.print(f"Dominant wall: [bold]{WALL_LABEL[est.dominant_wall]}[/] "
+                  f"({est.walls[est.dominant_wall].share * 100:.0f}% of the step)")
+    if est.assumptions:
+        console.print("[dim]Assumptions:[/]")
+        for a in est.assumptions:
+            console.print(f"[dim]  - {a}[/]")
