@@ -1,0 +1,296 @@
+"""Streaming reader for PyTorch profiler / Kineto Chrome-trace JSON (``.json``, ``.json.gz``).
+
+The file is never loaded whole: events stream through ijson (C backend ``yajl2_c`` when available) and only the
+fields the analysis needs are appended to compact typed arrays (``array.array``), so peak memory is proportional to
+the number of GPU activities and runtime calls, not to the file size. CPU operators and Python frames (the bulk of a
+Kineto file) are dropped on the fly except ``ProfilerStep#N`` ranges and user annotations.
+
+Format facts (Kineto ``ChromeTraceLogger``, pytorch/kineto libkineto/src/output_json.cpp; HTA
+hta/common/trace_parser.py): ``ts``/``dur`` are microseconds (fractional for ns-resolution traces); GPU activities are
+``cat`` = ``kernel`` / ``gpu_memcpy`` / ``gpu_memset`` with ``args.stream``, ``args.device``, ``args.correlation``;
+host launches are ``cuda_runtime`` / ``cuda_driver`` events sharing ``args.correlation``; the rank is
+``distributedInfo.rank`` (never the file name); NCCL kernels carry ``Collective name``, ``In msg nelems``,
+``Group size``, ``Process Group Name`` args.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import zlib
+from array import array
+from pathlib import Path
+
+import ijson
+import numpy as np
+
+from moetune.errors import InputError
+from moetune.evidence.traces.rank_trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, Interner, RankTrace
+
+try:  # the C backend is ~3x faster than the Python ones
+    _IJ = ijson.get_backend("yajl2_c")
+except Exception:  # pragma: no cover - depends on the wheel
+    _IJ = ijson
+
+_GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET, "Kernel": GPU_KERNEL}
+_RT_CATS = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
+_STEP_CATS = {"cpu_op", "user_annotation", "Operator", "python_function"}
+_COMM_ARGS = {
+    "Collective name": "collective",
+    "In msg nelems": "in_nelems",
+    "Out msg nelems": "out_nelems",
+    "Group size": "group_size",
+    "dtype": "dtype",
+    "Process Group Name": "pg_name",
+    "Process Group Description": "pg_desc",
+    "Process Group Ranks": "pg_ranks",
+}
+_WINDOW = 1 << 17  # bytes of recent input kept to locate a parse error exactly
+
+
+class _CountingReader(io.RawIOBase):
+    """File wrapper that counts bytes handed to the parser and keeps a short tail to locate errors."""
+
+    def __init__(self, fh) -> None:
+        self.fh = fh
+        self.pos = 0
+        self.tail = b""
+        self.tail_base = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.fh.read(n)
+        if data:
+            if len(self.tail) + len(data) > _WINDOW:
+                keep = self.tail[-max(_WINDOW - len(data), 0) :] if len(data) < _WINDOW else b""
+                self.tail_base = self.pos - len(keep)
+                self.tail = keep + data
+            else:
+                self.tail += data
+            self.pos += len(data)
+        return data
+
+    def readinto(self, b) -> int:  # pragma: no cover - ijson uses read()
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _open(path: Path):
+    raw = open(path, "rb")  # noqa: SIM115 - closed by the caller
+    head = raw.read(2)
+    raw.seek(0)
+    if head == b"\x1f\x8b":
+        return raw, gzip.GzipFile(fileobj=raw, mode="rb")
+    return raw, raw
+
+
+def _error_offset(msg: str, rd: _CountingReader) -> int:
+    """Byte offset (in the decompressed JSON text) of a yajl parse error, from its context snippet."""
+    lines = msg.split("\n")
+    if "premature EOF" in msg or len(lines) < 3:
+        return rd.pos
+    context, caret = lines[1], lines[2]
+    col = caret.find("^")
+    snippet = context.strip()
+    if not snippet or col < 0:
+        return rd.pos
+    lead = len(context) - len(context.lstrip())
+    window = rd.tail.replace(b"\n", b" ").replace(b"\t", b" ").replace(b"\r", b" ")
+    at = window.rfind(snippet.encode("utf-8", "replace"))
+    if at < 0:
+        return rd.pos
+    return rd.tail_base + at + (col - lead)
+
+
+def _fail(path: Path, what: str, offset: int, compressed: bool) -> InputError:
+    unit = "byte offset (decompressed)" if compressed else "byte offset"
+    return InputError(f"{path}: {what} at {unit} {offset}", field=str(path), value=offset, expected="valid trace JSON")
+
+
+def _first_char(path: Path) -> tuple[str, bool]:
+    raw, fh = _open(path)
+    try:
+        chunk = fh.read(4096)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _fail(path, f"corrupt gzip stream ({exc})", 0, True) from exc
+    finally:
+        raw.close()
+    stripped = chunk.lstrip()
+    return (chunk.decode("latin-1")[len(chunk) - len(stripped) : len(chunk) - len(stripped) + 1], fh is not raw)
+
+
+def _read_metadata(path: Path) -> dict:
+    """Top-level keys before ``traceEvents`` (Kineto writes distributedInfo/deviceProperties first)."""
+    raw, fh = _open(path)
+    meta: dict = {}
+    try:
+        builder = None
+        key = None
+        for prefix, event, value in _IJ.parse(fh):
+            if prefix == "" and event == "map_key":
+                if builder is not None and key is not None:
+                    meta[key] = builder.value
+                builder = None
+                key = value
+                if key == "traceEvents":
+                    break
+                builder = ijson.ObjectBuilder()
+                continue
+            if builder is not None and prefix != "":
+                builder.event(event, value)
+            elif builder is not None and prefix == key:
+                builder.event(event, value)
+            elif prefix == "" and event == "end_map":
+                if builder is not None and key is not None:
+                    meta[key] = builder.value
+                break
+            if prefix == key and event not in ("start_map", "start_array", "end_map", "end_array"):
+                pass
+    except (ijson.JSONError, OSError, EOFError, zlib.error):
+        pass  # reported with an offset by the event pass
+    finally:
+        raw.close()
+    return meta
+
+
+def read_kineto(path: str | Path) -> RankTrace:
+    """Read one Kineto trace file into a :class:`RankTrace` (raises :class:`InputError` on a bad file)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file", field="path", value=str(path), expected="an existing trace file")
+    if path.stat().st_size == 0:
+        raise _fail(path, "empty file", 0, False)
+    first, compressed = _first_char(path)
+    if first not in ("{", "["):
+        raise _fail(path, f"not JSON (starts with {first!r})", 0, compressed)
+    meta = _read_metadata(path) if first == "{" else {}
+    prefix = "traceEvents.item" if first == "{" else "item"
+
+    names = Interner()
+    g_ts, g_end, g_name, g_kind = array("q"), array("q"), array("i"), array("b")
+    g_stream, g_corr = array("q"), array("q")
+    r_ts, r_end, r_name, r_corr, r_tid = array("q"), array("q"), array("i"), array("q"), array("q")
+    tr = RankTrace(source=str(path), fmt="kineto")
+    comm_meta: dict[int, dict] = {}
+    devices: set = set()
+    n = 0
+    raw, fh = _open(path)
+    rd = _CountingReader(fh)
+    try:
+        for e in _IJ.items(rd, prefix, use_float=True):
+            n += 1
+            cat = e.get("cat")
+            if cat is None:
+                continue
+            kind = _GPU_CATS.get(cat)
+            if kind is not None:
+                ts, dur = e.get("ts"), e.get("dur")
+                if ts is None or dur is None:
+                    continue
+                args = e.get("args") or {}
+                t0 = round(ts * 1000.0)
+                g_ts.append(t0)
+                g_end.append(t0 + max(round(dur * 1000.0), 0))
+                name = e.get("name") or ""
+                g_name.append(names(name))
+                g_kind.append(kind)
+                s = args.get("stream", -1)
+                g_stream.append(s if isinstance(s, int) else -1)
+                c = args.get("correlation", -1)
+                g_corr.append(c if isinstance(c, int) else -1)
+                devices.add(args.get("device"))
+                if "Collective name" in args or (kind == GPU_KERNEL and "ccl" in name[:12]):
+                    comm_meta[len(g_ts) - 1] = {v: args[k] for k, v in _COMM_ARGS.items() if k in args}
+            elif cat in _RT_CATS:
+                ts, dur = e.get("ts"), e.get("dur")
+                if ts is None or dur is None:
+                    continue
+                args = e.get("args") or {}
+                t0 = round(ts * 1000.0)
+                r_ts.append(t0)
+                r_end.append(t0 + max(round(dur * 1000.0), 0))
+                r_name.append(names(e.get("name") or ""))
+                c = args.get("correlation", -1)
+                r_corr.append(c if isinstance(c, int) else -1)
+                tid = e.get("tid", 0)
+                r_tid.append(tid if isinstance(tid, int) else 0)
+            elif cat in _STEP_CATS or cat == "gpu_user_annotation":
+                name = e.get("name") or ""
+                ts, dur = e.get("ts"), e.get("dur")
+                if ts is None or dur is None or e.get("ph", "X") != "X":
+                    continue
+                if cat == "gpu_user_annotation":
+                    t0 = round(ts * 1000.0)
+                    tr.gpu_annotations.add(name, t0, t0 + round(dur * 1000.0))
+                elif name.startswith("ProfilerStep"):
+                    t0 = round(ts * 1000.0)
+                    tr.steps.add(name, t0, t0 + round(dur * 1000.0), e.get("tid", 0) if isinstance(e.get("tid"), int) else 0)
+                elif cat == "user_annotation":
+                    t0 = round(ts * 1000.0)
+                    tr.annotations.add(name, t0, t0 + round(dur * 1000.0))
+    except ijson.JSONError as exc:
+        raise _fail(path, f"truncated or corrupt JSON ({str(exc).splitlines()[0]})", _error_offset(str(exc), rd),
+                    compressed) from exc
+    except (EOFError, gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise InputError(
+            f"{path}: truncated or corrupt gzip stream ({exc}) at byte offset {raw.tell()} (compressed; "
+            f"{rd.pos} bytes decompressed)", field=str(path), value=raw.tell(), expected="a complete .json.gz"
+        ) from exc
+    except (TypeError, AttributeError, ValueError) as exc:
+        raise _fail(path, f"not a Chrome trace event ({exc})", rd.pos, compressed) from exc
+    finally:
+        raw.close()
+    if first == "{" and n == 0 and "traceEvents" not in meta and not _has_key(path, meta):
+        raise _fail(path, "no traceEvents array (not a Kineto/Chrome trace)", 0, compressed)
+
+    tr.n_events = n
+    tr.names = names.names
+    tr.gpu_start = np.frombuffer(g_ts, np.int64).copy()
+    tr.gpu_end = np.frombuffer(g_end, np.int64).copy()
+    tr.gpu_name = np.frombuffer(g_name, np.int32).copy()
+    tr.gpu_kind = np.frombuffer(g_kind, np.int8).copy()
+    tr.gpu_stream = np.frombuffer(g_stream, np.int64).copy()
+    tr.gpu_corr = np.frombuffer(g_corr, np.int64).copy()
+    tr.gpu_graph = np.full(tr.gpu_start.size, -1, np.int64)
+    tr.rt_start = np.frombuffer(r_ts, np.int64).copy()
+    tr.rt_end = np.frombuffer(r_end, np.int64).copy()
+    tr.rt_name = np.frombuffer(r_name, np.int32).copy()
+    tr.rt_corr = np.frombuffer(r_corr, np.int64).copy()
+    tr.rt_tid = np.frombuffer(r_tid, np.int64).copy()
+    tr.comm_meta = comm_meta
+    _apply_meta(tr, meta, devices)
+    return tr
+
+
+def _has_key(path: Path, meta: dict) -> bool:
+    return bool(meta)
+
+
+def _apply_meta(tr: RankTrace, meta: dict, devices: set) -> None:
+    dist = meta.get("distributedInfo")
+    if isinstance(dist, dict):
+        if isinstance(dist.get("rank"), int):
+            tr.rank = int(dist["rank"])
+            tr.rank_source = "distributedInfo.rank"
+        if isinstance(dist.get("world_size"), int):
+            tr.world_size = int(dist["world_size"])
+        tr.backend = dist.get("backend")
+    props = meta.get("deviceProperties")
+    devices.discard(None)
+    if isinstance(props, list) and props:
+        names = {p.get("id"): p.get("name") for p in props if isinstance(p, dict)}
+        dev = next(iter(devices)) if len(devices) == 1 else None
+        tr.device = names.get(dev) or next((v for v in names.values() if v), None)
+    if len(devices) > 1:
+        tr.notes.append(f"GPU events on {len(devices)} devices {sorted(map(str, devices))}; analysed as one rank")
+    base = meta.get("baseTimeNanoseconds")
+    if isinstance(base, int):
+        tr.clock_epoch_ns = base
+
+
+def file_size(path: str | Path) -> int:
+    return os.path.getsize(path)
