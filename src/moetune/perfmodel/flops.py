@@ -163,7 +163,10 @@ def layer_flops(model: ModelArch, i: int, seq_length: int, definition: str = "cu
 
 def mtp_depth_flops(model: ModelArch, seq_length: int, definition: str = "current") -> dict[str, float]:
     """Forward FLOPs per token of one MTP depth: its layer(s) (hybrid: ``mtp_*_pattern``; else a copy of the last
-    decoder layer, as Bridge counts them) plus, on the transformer path, the norms and ``eh_proj`` 2·(3h + 2h²)."""
+    decoder layer, as Bridge counts them) plus, on the transformer path, the norms and ``eh_proj`` 2·(3h + 2h²).
+
+    Bridge numbers MTP layers after the decoder for ``window_attn_skip_freq``; here an MTP layer takes the last
+    decoder layer's mixer. The two agree for every catalog model (no sliding-window model has MTP)."""
     from moetune.perfmodel.params import mtp_block_layers
 
     _check_seq(seq_length)
