@@ -85,3 +85,15 @@ def test_bad_input_one_line_exit_2(args, needle):
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0]
     assert "Traceback" not in res.stderr
+
+
+def test_ranks_per_domain_and_order():
+    rep = _json("--gpus", "128", "--ep", "64", "--system", "GB200-NVL72", "--ranks-per-domain", "64")
+    assert rep["ranks_per_domain"] == 64
+    assert not [c for c in rep["groups_crossing_nvlink"] if c["group"] == "ep"]
+    rep = _json("--gpus", "32", "--tp", "2", "--pp", "2", "--ep", "2", "--tp-pp-dp-mapping")
+    assert rep["rank_order"] == "tp-cp-ep-pp-dp"
+    res = run_cli("layout", "--gpus", "32", "--tp", "2", "--pp", "2", "--ep", "8", "--tp-pp-dp-mapping", "--json")
+    assert res.returncode == 2 and "PAR-005" in res.stderr and res.stdout == ""
+    res = run_cli("layout", "--gpus", "16", "--ranks-per-domain", "9", "--json")
+    assert res.returncode == 2 and "--ranks-per-domain" in res.stderr

@@ -13,6 +13,7 @@ from moetune.errors import LayoutError
 from moetune.spec.layout import Layout
 from moetune.spec.ranks import (
     ALL_KINDS,
+    TP_PP_DP_ORDER,
     dense_rank,
     expert_rank,
     group_stays_in_domain,
@@ -129,3 +130,43 @@ def test_closed_form_agrees_with_enumeration(tp, cp, pp, ep, etp, mult, domain):
         assert group_stays_in_domain(kind, layout, domain, w) == (kind not in crossing), kind
         groups = rank_groups(kind, layout, w)
         assert sorted(groups.ravel().tolist()) == list(range(w))  # each kind partitions the world
+
+
+@pytest.mark.parametrize(("layout", "w"), [(Layout(tp=2, cp=2, pp=2, ep=4), 32), (Layout(tp=2, pp=3, ep=2), 24)])
+def test_tp_pp_dp_order_matches_megatron(layout, w):
+    dp, edp = layout.dp(w), layout.edp(w)
+    dense_sizes = [layout.tp, layout.cp, 1, layout.pp, dp]  # tp-cp-ep-pp-dp
+    expert_sizes = [layout.expert_tp, 1, layout.ep, layout.pp, edp]
+    for kind, idx in (("tp", 0), ("cp", 1), ("pp", 3), ("dp", 4)):
+        mask = [i == idx for i in range(5)]
+        assert rank_groups(kind, layout, w, TP_PP_DP_ORDER).tolist() == _megatron_groups(w, dense_sizes, mask)
+    for kind, idx in (("etp", 0), ("ep", 2), ("edp", 4)):
+        mask = [i == idx for i in range(5)]
+        assert rank_groups(kind, layout, w, TP_PP_DP_ORDER).tolist() == _megatron_groups(w, expert_sizes, mask)
+    # the expert generator's PP groups coincide with the dense ones (PAR-005 holds here: TP*CP == ETP*EP)
+    assert rank_groups("pp", layout, w, TP_PP_DP_ORDER).tolist() == _megatron_groups(
+        w, expert_sizes, [False, False, False, True, False])
+
+
+def test_tp_pp_dp_order_rejects_unequal_meshes():
+    with pytest.raises(LayoutError, match="PAR-005"):
+        rank_groups("tp", Layout(tp=2, pp=2, ep=8), 32, TP_PP_DP_ORDER)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    tpcp=st.sampled_from([(1, 1), (2, 1), (2, 2), (4, 2), (8, 1), (3, 1)]),
+    pp=st.sampled_from([1, 2, 3, 4]),
+    etp=st.sampled_from([1, 2]),
+    mult=st.integers(1, 4),
+    domain=st.sampled_from([4, 8, 12, 36, 72]),
+)
+def test_closed_form_agrees_tp_pp_dp_order(tpcp, pp, etp, mult, domain):
+    tp, cp = tpcp
+    if (tp * cp) % etp:
+        return
+    layout = Layout(tp=tp, cp=cp, pp=pp, ep=tp * cp // etp, etp=etp)  # TP*CP == ETP*EP (PAR-005)
+    w = layout.min_world_size() * mult
+    crossing = {c.kind for c in groups_crossing_nvlink(layout, w, domain, order=TP_PP_DP_ORDER)}
+    for kind in ALL_KINDS:
+        assert group_stays_in_domain(kind, layout, domain, w, TP_PP_DP_ORDER) == (kind not in crossing), kind

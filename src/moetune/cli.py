@@ -9,15 +9,24 @@ from __future__ import annotations
 import importlib
 import sys
 
+import click
 import typer
-
-try:  # typer >= 0.22 vendors click as typer._click; its exceptions are not the classes of the `click` package
-    from typer import _click as click
-except ImportError:  # pragma: no cover - older typer uses the click package itself
-    import click
 
 from moetune.errors import MoetuneError, one_line
 from moetune.output import err_console
+
+# Newer typer vendors click as ``typer._click`` (its exceptions are not the ``click`` package's classes) and has
+# its own Abort/Exit; catch both families.
+try:
+    from typer import _click as _tclick
+
+    _USAGE_ERRORS: tuple[type[BaseException], ...] = (click.exceptions.UsageError, _tclick.exceptions.UsageError)
+    _CLICK_ERRORS: tuple[type[BaseException], ...] = (click.ClickException, _tclick.exceptions.ClickException)
+except ImportError:  # pragma: no cover - older typer uses the click package itself
+    _USAGE_ERRORS = (click.exceptions.UsageError,)
+    _CLICK_ERRORS = (click.ClickException,)
+_ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort))
+_EXIT = (click.exceptions.Exit, getattr(typer, "Exit", click.exceptions.Exit))
 
 app = typer.Typer(
     name="moetune",
@@ -70,13 +79,13 @@ def main(argv: list[str] | None = None) -> None:
         rv = app(args=argv, standalone_mode=False)
     except MoetuneError as exc:
         _fail(one_line(exc), exc.exit_code)
-    except click.exceptions.UsageError as exc:
+    except _USAGE_ERRORS as exc:
         _fail(one_line(exc.format_message()), 2)
-    except click.exceptions.Abort:
+    except _ABORT:
         _fail("aborted", 130)
-    except click.exceptions.Exit as exc:
+    except _EXIT as exc:
         sys.exit(exc.exit_code)
-    except click.ClickException as exc:
+    except _CLICK_ERRORS as exc:
         _fail(one_line(exc.format_message()), 2)
     except FileNotFoundError as exc:
         _fail(f"{exc.filename}: no such file", 2)

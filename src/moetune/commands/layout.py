@@ -34,15 +34,18 @@ def layout_report(
     gbs: int | None = None,
     mbs: int = 1,
     seq: int | None = None,
+    tp_pp_dp_mapping: bool = False,
+    ranks_per_domain: int | None = None,
 ) -> dict[str, Any]:
     """Everything ``moetune layout`` prints, as a dict (raises :class:`InputError` / :class:`LayoutError`)."""
     from moetune.catalog.systems import get_system
     from moetune.spec.layout import Layout
-    from moetune.spec.ranks import groups_crossing_nvlink
+    from moetune.spec.ranks import DEFAULT_ORDER, TP_PP_DP_ORDER, groups_crossing_nvlink
     from moetune.spec.validate import layout_violation, layout_violation_without_model, min_world_size
 
     for name, val in (("--gpus", gpus), ("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--cp", cp), ("--ep", ep),
-                      ("--etp", etp), ("--gbs", gbs), ("--mbs", mbs), ("--seq", seq)):
+                      ("--etp", etp), ("--gbs", gbs), ("--mbs", mbs), ("--seq", seq),
+                      ("--ranks-per-domain", ranks_per_domain)):
         _pos(name, val)
     sysm = get_system(system)
     lay = Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, pipeline_layout=pipeline_layout)
@@ -57,12 +60,20 @@ def layout_report(
     if msg is not None:
         raise LayoutError(f"{lay.short()} on {gpus} GPUs: {msg}", field="layout")
 
+    order = TP_PP_DP_ORDER if tp_pp_dp_mapping else DEFAULT_ORDER
+    domain = sysm.nvlink_domain
+    if ranks_per_domain is not None:
+        if ranks_per_domain > domain:
+            raise InputError.bad_value("--ranks-per-domain", ranks_per_domain, f"at most the NVLink domain ({domain})")
+        domain = ranks_per_domain
     dp, edp, e_tp = lay.dp(gpus), lay.edp(gpus), lay.expert_tp
     out: dict[str, Any] = {
         "gpus": gpus,
         "system": sysm.name,
         "gpus_per_node": sysm.gpus_per_node,
         "nvlink_domain": sysm.nvlink_domain,
+        "ranks_per_domain": domain,
+        "rank_order": order,
         "tp": tp, "pp": pp, "vpp": None, "cp": cp, "ep": ep, "etp": e_tp,
         "dp": dp,
         "edp": edp,
@@ -74,7 +85,7 @@ def layout_report(
     if etp is None:
         out["etp_note"] = "expert_tensor_parallel_size unset: Bridge default (1 when EP > 1, else TP)"
     crossings = []
-    for c in groups_crossing_nvlink(lay, gpus, sysm.nvlink_domain):
+    for c in groups_crossing_nvlink(lay, gpus, domain, order=order):
         d = {
             "group": c.kind, "group_size": c.group_size, "num_groups": c.num_groups, "num_crossing": c.num_crossing,
             "max_domains_spanned": c.max_domains_spanned, "example": c.example[:_EXAMPLE_MAX],
@@ -120,7 +131,10 @@ def _render(rep: dict[str, Any]) -> None:
 
     console.print(
         f"[bold]{rep['gpus']} GPUs[/] on {rep['system']} "
-        f"({rep['gpus_per_node']} GPUs/node, NVLink domain {rep['nvlink_domain']})"
+        f"({rep['gpus_per_node']} GPUs/node, NVLink domain {rep['nvlink_domain']}"
+        + (f", {rep['ranks_per_domain']} ranks placed per domain" if rep["ranks_per_domain"] != rep["nvlink_domain"]
+           else "")
+        + f"; rank order {rep['rank_order']})"
     )
     a, m = rep["attention_mesh"], rep["moe_mesh"]
     console.print(f"  Attention: TP{a['tp']} × CP{a['cp']} × DP{a['dp']} × PP{a['pp']}")
@@ -177,11 +191,19 @@ def register(app: typer.Typer) -> None:
         gbs: Annotated[int | None, typer.Option(help="Global batch size (sequences).")] = None,
         mbs: Annotated[int, typer.Option(help="Micro batch size.")] = 1,
         seq: Annotated[int | None, typer.Option(help="Sequence length (CP / SP divisibility; needs --model).")] = None,
+        tp_pp_dp_mapping: Annotated[
+            bool, typer.Option("--tp-pp-dp-mapping", help="Rank order tp-cp-ep-pp-dp (Bridge dist.use_tp_pp_dp_mapping).")
+        ] = False,
+        ranks_per_domain: Annotated[
+            int | None,
+            typer.Option(help="Ranks the scheduler places per NVLink domain (e.g. 64 of an NVL72); default: all."),
+        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
     ) -> None:
         """DP/EDP, microbatches, minimum GPUs, Parallel-Folding meshes and NVLink-crossing groups of a layout."""
         rep = layout_report(gpus=gpus, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, pipeline_layout=pipeline_layout,
-                            system=system, model=model, gbs=gbs, mbs=mbs, seq=seq)
+                            system=system, model=model, gbs=gbs, mbs=mbs, seq=seq,
+                            tp_pp_dp_mapping=tp_pp_dp_mapping, ranks_per_domain=ranks_per_domain)
         if json_out:
             print_json(rep)
         else:

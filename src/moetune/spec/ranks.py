@@ -90,11 +90,33 @@ def expert_rank(etp: int, ep: int, edp: int, pp: int, layout: Layout, world_size
     return etp + s["etp"] * (ep + s["ep"] * (edp + s["edp"] * pp))
 
 
-def rank_groups(kind: GroupKind, layout: Layout, world_size: int) -> np.ndarray:
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+#: Bridge ``dist.use_tp_pp_dp_mapping=True`` (docs/rules.md TOPO-002)
+TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
+ORDERS = (DEFAULT_ORDER, TP_PP_DP_ORDER)
+
+
+def _check_order(order: str, layout: Layout, world_size: int | None) -> None:
+    if order not in ORDERS:
+        raise LayoutError(f"rank order {order!r}: expected one of {', '.join(ORDERS)}")
+    if (
+        order == TP_PP_DP_ORDER
+        and layout.pp > 1
+        and layout.tp * layout.cp != layout.expert_tp * layout.ep
+    ):
+        raise LayoutError(
+            f"order {order} with PP={layout.pp} needs TP*CP == ETP*EP (dense and expert PP groups must coincide,"
+            f" PAR-005); got {layout.tp * layout.cp} vs {layout.expert_tp * layout.ep}"
+        )
+
+
+def rank_groups(kind: GroupKind, layout: Layout, world_size: int, order: str = DEFAULT_ORDER) -> np.ndarray:
     """All groups of one kind as an int array ``[num_groups, group_size]``, in ``RankGenerator.get_ranks`` order.
 
-    The caller is expected to have validated the world size (PAR-001/002).
+    ``order`` is Megatron's rank order: the default ``tp-cp-ep-dp-pp`` or ``tp-cp-ep-pp-dp``. PP groups come
+    from the dense generator (they coincide with the expert generator's in every legal configuration).
     """
+    _check_order(order, layout, world_size)
     s = _sizes(layout, world_size)
     if s["tp"] * s["cp"] * s["dp"] * s["pp"] != world_size or s["etp"] * s["ep"] * s["edp"] * s["pp"] != world_size:
         raise LayoutError(
@@ -102,20 +124,29 @@ def rank_groups(kind: GroupKind, layout: Layout, world_size: int) -> np.ndarray:
             f" ETP*EP*PP = {s['etp'] * s['ep'] * s['pp']} (PAR-001/PAR-002)"
         )
     ranks = np.arange(world_size, dtype=np.int64)
+    pp_last = order == DEFAULT_ORDER
     if kind in ("tp", "cp", "dp", "pp"):
-        arr = ranks.reshape(s["pp"], s["dp"], s["cp"], s["tp"])
-        axis = {"pp": 0, "dp": 1, "cp": 2, "tp": 3}[kind]
+        if pp_last:  # C order, slowest first: pp, dp, cp, tp
+            arr = ranks.reshape(s["pp"], s["dp"], s["cp"], s["tp"])
+            axis = {"pp": 0, "dp": 1, "cp": 2, "tp": 3}[kind]
+        else:
+            arr = ranks.reshape(s["dp"], s["pp"], s["cp"], s["tp"])
+            axis = {"dp": 0, "pp": 1, "cp": 2, "tp": 3}[kind]
     elif kind in ("etp", "ep", "edp"):
-        arr = ranks.reshape(s["pp"], s["edp"], s["ep"], s["etp"])
-        axis = {"edp": 1, "ep": 2, "etp": 3}[kind]
+        if pp_last:
+            arr = ranks.reshape(s["pp"], s["edp"], s["ep"], s["etp"])
+            axis = {"edp": 1, "ep": 2, "etp": 3}[kind]
+        else:
+            arr = ranks.reshape(s["edp"], s["pp"], s["ep"], s["etp"])
+            axis = {"edp": 0, "ep": 2, "etp": 3}[kind]
     else:
         raise ValueError(f"unknown group kind {kind!r}; expected one of {ALL_KINDS}")
     size = arr.shape[axis]
     return np.moveaxis(arr, axis, -1).reshape(-1, size)
 
 
-def _block(kind: GroupKind, layout: Layout, world_size: int | None) -> tuple[int, int]:
-    """(group size, aligned block size B) of a group kind (module docstring)."""
+def _block(kind: GroupKind, layout: Layout, world_size: int | None, order: str = DEFAULT_ORDER) -> tuple[int, int]:
+    """(group size, aligned block size B) of a group kind (module docstring; TOPO-001/002)."""
     tp, cp, pp, ep, etp = layout.tp, layout.cp, layout.pp, layout.ep, layout.expert_tp
     if kind == "tp":
         return tp, tp
@@ -125,23 +156,29 @@ def _block(kind: GroupKind, layout: Layout, world_size: int | None) -> tuple[int
         return etp, etp
     if kind == "ep":
         return ep, etp * ep
+    pp_last = order == DEFAULT_ORDER
+    if kind == "pp" and not pp_last:
+        return pp, tp * cp * pp
     if world_size is None:
         raise ValueError(f"group kind {kind!r} needs the world size")
     if kind == "dp":
-        return world_size // (tp * cp * pp), world_size // pp
+        return world_size // (tp * cp * pp), (world_size // pp if pp_last else world_size)
     if kind == "edp":
-        return world_size // (etp * ep * pp), world_size // pp
+        return world_size // (etp * ep * pp), (world_size // pp if pp_last else world_size)
     if kind == "pp":
         return pp, world_size
     raise ValueError(f"unknown group kind {kind!r}; expected one of {ALL_KINDS}")
 
 
-def group_stays_in_domain(kind: GroupKind, layout: Layout, domain: int, world_size: int | None = None) -> bool:
+def group_stays_in_domain(
+    kind: GroupKind, layout: Layout, domain: int, world_size: int | None = None, order: str = DEFAULT_ORDER
+) -> bool:
     """True iff every group of ``kind`` lies inside one NVLink domain of ``domain`` GPUs (closed form, O(1)).
 
-    ``world_size`` None means "more than one domain" (W > G); it is required for dp / edp / pp.
+    ``world_size`` None means "more than one domain" (W > G); it is required for dp / edp (and pp in the
+    default order).
     """
-    size, block = _block(kind, layout, world_size)
+    size, block = _block(kind, layout, world_size, order)
     if size == 1:
         return True
     if world_size is not None and world_size <= domain:
@@ -150,15 +187,21 @@ def group_stays_in_domain(kind: GroupKind, layout: Layout, domain: int, world_si
 
 
 def groups_crossing_nvlink(
-    layout: Layout, world_size: int, nvlink_domain: int, kinds: tuple[GroupKind, ...] = ALL_KINDS
+    layout: Layout,
+    world_size: int,
+    nvlink_domain: int,
+    kinds: tuple[GroupKind, ...] = ALL_KINDS,
+    order: str = DEFAULT_ORDER,
 ) -> list[GroupCrossing]:
     """Every group kind (TP, CP, EP, ETP as warnings; DP, EDP, PP informational) with groups spanning domains.
 
-    Enumerates the groups (:func:`rank_groups`) and tests ``r // nvlink_domain`` per group (TOPO-004).
+    Enumerates the groups (:func:`rank_groups`) and tests ``r // nvlink_domain`` per group (TOPO-004). Pass the
+    number of ranks the job really places per domain as ``nvlink_domain`` when it is fewer than the domain holds
+    (e.g. 64 of an NVL72 rack).
     """
     out: list[GroupCrossing] = []
     for kind in kinds:
-        groups = rank_groups(kind, layout, world_size)
+        groups = rank_groups(kind, layout, world_size, order)
         if groups.shape[1] == 1:
             continue
         dom = groups // nvlink_domain
