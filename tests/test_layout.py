@@ -181,3 +181,15 @@ def test_validate_job():
         validate_job(job.with_(global_batch_size=500))
     with pytest.raises(LayoutError, match="PAR-002"):
         validate_job(job.with_(layout=Layout(tp=2, ep=32)))
+
+
+def test_matches_megatron_world_size_assert(shared_data):
+    """logs/log_assert_world_size_ep_1.txt: PP2 x EP8 x ETP1 on 8 GPUs -> Megatron asserts 8 % 16 (PAR-002)."""
+    import re
+
+    text = (shared_data / "logs" / "log_assert_world_size_ep_1.txt").read_text()
+    w, size = map(int, re.search(r"world_size \((\d+)\) is not divisible by \S+ size \((\d+)\)", text).groups())
+    layout = Layout(pp=2, ep=8, etp=1)
+    msg = layout_violation(moe(num_layers=16), layout, w)
+    assert msg is not None and "PAR-002" in msg and f"= {size} " in msg
+    assert min_world_size(layout) == size
