@@ -141,7 +141,32 @@ def job_from_files(*, megatron_args: str | None, bridge_config: str | None, over
 
         cfg = read_bridge_config(bridge_config, overrides)
     _positive("--gpus", gpus)
-    return job_from_config(cfg, system=system, gpus=gpus, model=model)
+    return with_memory_fields(job_from_config(cfg, system=system, gpus=gpus, model=model), cfg)
+
+
+#: Features fields the memory model reads that the config reader may not map yet (field -> model.* key)
+_MEMORY_FIELDS = {"attention_backend": "attention_backend", "transformer_impl": "transformer_impl",
+                  "attention_dropout": "attention_dropout", "hidden_dropout": "hidden_dropout",
+                  "cross_entropy_loss_fusion": "cross_entropy_loss_fusion"}
+
+
+def with_memory_fields(job, cfg: dict):
+    """Fill the memory-relevant Features fields (spec/features.py, attention kernels and dropouts) from the config's
+    ``model.*`` section when the reader left them at their defaults (a no-op once the reader maps them)."""
+    from moetune.spec.features import Features
+
+    model_cfg = cfg.get("model") or {}
+    defaults = Features()
+    upd: dict[str, Any] = {}
+    for field, key in _MEMORY_FIELDS.items():
+        if key in model_cfg and model_cfg[key] is not None and getattr(job.features, field) == getattr(defaults, field):
+            upd[field] = model_cfg[key]
+    if not upd:
+        return job
+    try:
+        return job.with_(features=job.features.model_copy(update=upd))
+    except ValueError as e:
+        raise InputError(f"invalid config value: {str(e).splitlines()[-1].strip()}") from None
 
 
 def _time_section(job) -> tuple[Any, Any]:
