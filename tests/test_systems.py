@@ -111,6 +111,9 @@ def test_custom_yaml(tmp_path):
         (GOOD_YAML.replace("nvlink_domain: 8\n", ""), "nvlink_domain"),
         (GOOD_YAML.replace("  sm_count: 132\n", ""), "gpu.sm_count"),
         (GOOD_YAML.replace("arch: hopper", "arch: volta"), "gpu.arch"),
+        (GOOD_YAML.replace("{bf16: 989, fp8: 1979}", "{fp8: 1979}"), "bf16"),
+        (GOOD_YAML.replace("{bf16: 989, fp8: 1979}", "{bf16: 989, int8: 1979}"), "int8"),
+        (GOOD_YAML + "colour: green\n", "colour"),
     ],
 )
 def test_custom_yaml_errors(tmp_path, text, needle):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 #: precision keys used in ``GPU.peak_tflops`` (dense Tensor-Core peaks, no 2:4 sparsity)
 PEAK_KEYS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32")
@@ -21,6 +21,18 @@ class GPU(BaseModel):
     hbm_gib: float = Field(gt=0, description="Usable HBM capacity in GiB (what torch reports as total memory).")
     hbm_bw_gbs: float = Field(gt=0, description="HBM bandwidth, GB/s (1e9 B/s).")
     peak_tflops: dict[str, float] = Field(description="Dense peak TFLOP/s keyed by precision (see PEAK_KEYS).")
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _check_peaks(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(v) - set(PEAK_KEYS))
+        if unknown:
+            raise ValueError(f"unknown precision key(s) {unknown}; expected some of {list(PEAK_KEYS)}")
+        if "bf16" not in v:
+            raise ValueError("needs a 'bf16' entry (the fallback peak for precisions the GPU lacks)")
+        if any(x <= 0 for x in v.values()):
+            raise ValueError("peaks must be positive TFLOP/s")
+        return v
 
 
 class System(BaseModel):
