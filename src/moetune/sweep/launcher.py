@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from moetune.sweep.contract import Contract
-from moetune.sweep.overrides import bridge_overrides, feature_env, harness_flags, megatron_flags
+from moetune.sweep.overrides import bridge_overrides, harness_flags, megatron_flags
 from moetune.sweep.phases import RunSpec
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
@@ -90,8 +90,21 @@ def render_launch(contract: Contract, run: RunSpec) -> str:
 
 
 def run_env(contract: Contract, run: RunSpec) -> dict[str, str]:
-    return feature_env(run.layout, run.features, nvlink_domain=contract.hardware.nvlink_domain,
-                       base=contract.env or None)
+    """The contract's baseline environment, updated with what this run's features need
+    (``moetune.io.env.feature_env``, the one implementation shared with the planner's launch output)."""
+    from types import SimpleNamespace
+
+    from moetune.catalog.systems import get_system
+    from moetune.io.env import feature_env
+    from moetune.spec.features import Features
+    from moetune.spec.layout import Layout
+
+    fields = set(Features.model_fields)
+    feats = Features(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in run.features.items() if k in fields},
+                     precision=run.precision)
+    layout = Layout(**{k: v for k, v in run.layout.items() if k in set(Layout.model_fields)})
+    job_like = SimpleNamespace(features=feats, layout=layout, system=get_system(contract.hardware.system))
+    return {**contract.env, **feature_env(job_like)}  # type: ignore[arg-type]
 
 
 def render_batch(contract: Contract, run: RunSpec, *, sweep_name: str, run_dir: str,

@@ -202,30 +202,5 @@ _BASE_OVERRIDE_KEYS = {"train.train_iters", "train.global_batch_size", "train.mi
                        "dataset.seq_length", "logger.log_interval", "mixed_precision"}
 
 
-def feature_env(layout: dict[str, Any], features: dict[str, Any], *, nvlink_domain: int,
-                base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment variables the features need (docs/domain.md §6.2, §6.3, §6.5)."""
-    env = {
-        "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True" if features.get("expandable_segments", True) else "",
-        "NCCL_GRAPH_REGISTER": "0",
-        "NCCL_NVLS_ENABLE": "0",
-        "NVTE_ALLOW_NONDETERMINISTIC_ALGO": "1",
-    }
-    graphs = features.get("cuda_graph_impl") not in (None, "none")
-    if features.get("overlap_moe_expert_parallel_comm") and graphs:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
-    elif features.get("overlap_moe_expert_parallel_comm"):
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"  # MLM-MoE: must be > 1 with EP overlap
-    elif features.get("tp_comm_overlap") or int(layout.get("tp") or 1) > 1:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    if features.get("moe_token_dispatcher_type") == "flex" and features.get("moe_flex_dispatcher_backend") == "hybridep":
-        ep = int(layout.get("ep") or 1)
-        env["NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN"] = str(min(ep, nvlink_domain))
-    env = {k: v for k, v in env.items() if v != ""}
-    if base:
-        env = {**base, **{k: v for k, v in env.items() if k not in base}}
-    return env
-
-
 def shell_join(args: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)
