@@ -193,3 +193,50 @@ def test_matches_megatron_world_size_assert(shared_data):
     msg = layout_violation(moe(num_layers=16), layout, w)
     assert msg is not None and "PAR-002" in msg and f"= {size} " in msg
     assert min_world_size(layout) == size
+
+
+def _perf_rows(shared_data):
+    import csv
+    import re
+
+    from moetune.errors import UnknownNameError
+
+    def iv(x: str) -> int | None:
+        x = x.strip()
+        if x in ("", "n/a"):
+            return None
+        if not re.fullmatch(r"\d+", x):
+            raise ValueError(x)
+        return int(x)
+
+    out = []
+    for r in csv.DictReader((shared_data / "perf" / "mbridge_perf_calibration.csv").open()):
+        try:
+            arch = get_model(r["model"])
+            v = {k: iv(r[k]) for k in ("tp", "pp", "cp", "vp", "ep", "etp", "gbs", "mbs", "seq_len", "num_gpus")}
+        except (UnknownNameError, ValueError):  # model not catalogued / "2 (4)" alternative-value cells
+            continue
+        lay = Layout(tp=v["tp"] or 1, pp=v["pp"] or 1, cp=v["cp"] or 1, vpp=v["vp"] if (v["vp"] or 1) > 1 else None,
+                     ep=v["ep"] or 1, etp=v["etp"])
+        out.append((r, arch, lay, v))
+    return out
+
+
+def test_published_bridge_configs_are_legal(shared_data):
+    """Every published Megatron-Bridge perf row (current) passes world-size / heads / experts / batch / CP rules.
+
+    The table has no pipeline-layout strings, so the pipeline-split rules (PAR-026..028) are not judged here.
+    """
+    import re
+
+    rows = _perf_rows(shared_data)
+    assert len(rows) > 100
+    flagged = []
+    for r, arch, lay, v in rows:
+        msg = layout_violation(arch, lay, v["num_gpus"], global_batch_size=v["gbs"], micro_batch_size=v["mbs"],
+                               seq_length=v["seq_len"])
+        if msg and not re.search(r"PAR-02[678]", msg):
+            flagged.append((r["status"], r["release"], r["system"], lay.short(), msg))
+    # the only impossible row is a superseded 25.11 DeepSeek-V3 GB300 entry: PP8 x EP64 = 512 ranks on 256 GPUs
+    assert [f[:3] for f in flagged] == [("superseded_published_on_main", "25.11", "DGX-GB300")], flagged
+    assert "PAR-002" in flagged[0][4]
