@@ -693,8 +693,20 @@ class _Parser:
                 body, rank = self._rank(line)
                 self._signal(line_no, "process_exit", body, rank)
                 return
-        if b"skipping" in line and b"iteration" in line:
-            self.rec.recognised_lines += 1
+        if self.frames:
+            self._traceback_code(line)
+
+    def _traceback_code(self, line: bytes) -> None:
+        """A source line printed under a traceback frame: appended to that frame (``frame :: code``)."""
+        body, rank = self._rank(line)
+        fr = self.frames.get(rank)
+        if not fr:
+            return
+        code = body.strip()
+        if not code or not code.strip(b"^~ ") or len(code) > 300:
+            return
+        if " :: " not in fr[-1]:
+            fr[-1] = fr[-1] + " :: " + code.decode("utf-8", "replace")
 
     def _profiler(self, line_no: int, line: bytes) -> bool:
         low = line.lower()

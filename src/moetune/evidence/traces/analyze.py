@@ -169,7 +169,7 @@ class _RankState:
 
 def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> tuple[RankReport, _RankState]:
     tax = tax or load_taxonomy()
-    cls = tax.classify_ids(tr.names, tr.gpu_name, tr.gpu_kind)
+    cls = tax.classify_ids(tr.names, tr.gpu_name, tr.gpu_kind, tr.forced_class)
     state = _RankState(tr, cls, tax)
     base = RankReport(
         rank=tr.rank,

@@ -65,6 +65,7 @@ class RankTrace:
     annotations: Ranges = field(default_factory=Ranges)  # other user annotations / NVTX ranges (host side)
     gpu_annotations: Ranges = field(default_factory=Ranges)  # GPU-side annotation / projected NVTX ranges
     comm_meta: dict[int, dict] = field(default_factory=dict)  # gpu index -> collective args (Kineto NCCL args)
+    forced_class: dict[int, str] = field(default_factory=dict)  # name_id -> taxonomy class (NVTX projections)
     clock_epoch_ns: int | None = None  # offset that turns this trace's ts into UTC epoch ns, when known
     notes: list[str] = field(default_factory=list)
     n_events: int = 0

@@ -46,6 +46,7 @@ class Taxonomy:
     memcpy_class: int = -1
     memset_class: int = -1
     catch_all: int = 0
+    nvtx_classes: list[tuple[str, re.Pattern]] = field(default_factory=list)
     _cache: dict[str, int] = field(default_factory=dict)
 
     def classify(self, name: str) -> int:
@@ -62,9 +63,27 @@ class Taxonomy:
         self._cache[name] = self.catch_all
         return self.catch_all
 
-    def classify_ids(self, names: list[str], name_ids: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    def index(self, class_name: str) -> int:
+        for i, c in enumerate(self.classes):
+            if c.name == class_name:
+                return i
+        raise InputError(f"kernel taxonomy has no class {class_name!r}")
+
+    def classify_nvtx(self, name: str) -> str:
+        """Class name for an NVTX range projected onto the GPU (nsys nvtx_gpu_proj_trace)."""
+        for cname, rx in self.nvtx_classes:
+            if rx.search(name):
+                return cname
+        return self.classes[self.catch_all].name
+
+    def classify_ids(
+        self, names: list[str], name_ids: np.ndarray, kinds: np.ndarray, forced: dict[int, str] | None = None
+    ) -> np.ndarray:
         """Class index per event; memcpy/memset by activity kind (kinds: 0 kernel, 1 memcpy, 2 memset)."""
-        table = np.array([self.classify(n) for n in names] or [0], np.int32)
+        forced = forced or {}
+        table = np.array(
+            [self.index(forced[i]) if i in forced else self.classify(n) for i, n in enumerate(names)] or [0], np.int32
+        )
         cls = table[name_ids] if name_ids.size else np.zeros(0, np.int32)
         cls = np.where(kinds == 1, self.memcpy_class, cls)
         cls = np.where(kinds == 2, self.memset_class, cls)
@@ -138,4 +157,5 @@ def _load(text: str, where: str) -> Taxonomy:
         memcpy_class=len(classes) - 2,
         memset_class=len(classes) - 1,
         catch_all=len(classes) - 3,
+        nvtx_classes=[(row["class"], re.compile(row["match"])) for row in (data.get("nvtx_classes") or [])],
     )
