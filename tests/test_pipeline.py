@@ -186,3 +186,36 @@ def test_golden_example_et3():
     last = ranks[1].chunks[3]
     assert last.mtp_layers == 1 and last.loss and last.layers == ()
     assert ranks[0].chunks[3].layers == (13, 14)
+
+
+def test_bridge_perf_recipe_layouts(shared_data):
+    """Every pipeline layout of the Bridge perf recipes (string or list-of-lists form) parses, and for catalogued
+    models it places exactly the model's decoder and MTP layers over PP x (stages/PP) chunks."""
+    import json
+
+    from moetune.errors import UnknownNameError
+    from moetune.spec.pipeline import layout_to_str
+
+    data = json.loads((shared_data / "perf" / "mbridge_perf_recipes.json").read_text())
+    checked = 0
+    forms = set()
+    for name, entry in data["models"].items():
+        for rec in entry.get("current_flat_perf_recipes_HEAD", []):
+            s = rec["summary"]
+            pl = s.get("pipeline_model_parallel_layout")
+            if not pl or (isinstance(pl, str) and pl.startswith("unset")):
+                continue
+            forms.add(type(pl).__name__)
+            stages = parse_pipeline_layout(pl)
+            assert len(stages) % s["pp"] == 0
+            try:
+                model = get_model(name)
+            except UnknownNameError:
+                continue
+            mtp = s.get("mtp_num_layers")
+            if isinstance(mtp, int) and mtp != model.mtp_num_layers:
+                model = model.model_copy(update={"mtp_num_layers": mtp})
+            ranks = pipeline_stages(model, Layout(pp=s["pp"], pipeline_layout=layout_to_str(pl)))
+            _check_partition(model, ranks)
+            checked += 1
+    assert forms == {"str", "list"} and checked >= 50
