@@ -1,0 +1,199 @@
+"""Per-rank memory model (perfmodel/memory.py): model state, schedule in-flight counts, tail, monotonicity, logs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.perfmodel import memory as mem
+from moetune.perfmodel.params import count_params
+from moetune.spec.features import Features
+from moetune.spec.job import Job
+from moetune.spec.layout import Layout
+from moetune.spec.model import ModelArch, uniform_pattern
+
+GIB = float(1 << 30)
+
+
+def _gpt7b() -> ModelArch:
+    """The 6.44B dense GPT of fixstars/mdk pretrain_7b_mpi.patch: 30 layers, h 4096, 32 heads, SwiGLU (MLM default
+    FFN int(4h*2/3/64)*64 = 10880), LayerNorm (MLM default), GPT-2 vocab 50257, untied embeddings."""
+    mix, mlp = uniform_pattern(30, moe=False)
+    return ModelArch(name="gpt-6.44b", num_layers=30, hidden_size=4096, ffn_hidden_size=10880, num_attention_heads=32,
+                     vocab_size=50257, normalization="LayerNorm", mixer_pattern=mix, mlp_pattern=mlp)
+
+
+def job(model=None, gpus=8, layout=None, features=None, gbs=64, mbs=1, seq=4096, system="DGX-H100") -> Job:
+    return Job(model=model or get_model("Qwen3-30B-A3B"), system=get_system(system), gpus=gpus,
+               global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq, layout=layout or Layout(),
+               features=features or Features(hidden_dropout=0.0, attention_dropout=0.0))
+
+
+@pytest.mark.parametrize("log,gpus", [("log_iteration_theoretical_memory_1.txt", 8),
+                                      ("log_iteration_theoretical_memory_2.txt", 16)])
+def test_weight_and_optimizer_reproduces_megatron_log(shared_data, log, gpus):
+    text = (shared_data / "logs" / log).read_text()
+    want = float(re.search(r"weight and optimizer=([\d.]+) MB", text).group(1))
+    shard = float(re.search(r"most loaded shard in billions: ([\d.]+)", text).group(1))
+    j = job(_gpt7b(), gpus=gpus, gbs=1024, mbs=2, features=Features(precision="fp8_delayed"))
+    assert count_params(j.model).total / 1e9 == pytest.approx(shard, abs=5e-5)
+    got = mem.weight_and_optimizer_bytes(j)[0] / 2**20
+    assert got == pytest.approx(want, abs=0.05)
+
+
+def _state(j: Job) -> dict[str, float]:
+    return mem.estimate_memory(j).stages[0].components
+
+
+def test_bytes_per_param_table():
+    m = _gpt7b()
+    p = count_params(m).total
+    # DDP: 2 weight + 4 grad + 12 optimizer = 18 B/param
+    s = _state(job(m, features=Features(use_distributed_optimizer=False)))
+    assert (s["weights"] + s["main_grads"] + s["optimizer_state"]) * GIB == pytest.approx(18 * p, rel=1e-9)
+    # distributed optimizer over DP=8: 6 + 12/8
+    s = _state(job(m))
+    assert (s["weights"] + s["main_grads"] + s["optimizer_state"]) * GIB == pytest.approx(7.5 * p, rel=1e-9)
+    # precision-aware optimizer, BF16 moments: 6 + 8/8
+    f = Features(use_precision_aware_optimizer=True, exp_avg_dtype="bf16", exp_avg_sq_dtype="bf16")
+    s = _state(job(m, features=f))
+    assert s["optimizer_state"] * GIB == pytest.approx(8 / 8 * p, rel=1e-9)
+    # BF16 main grads
+    s = _state(job(m, features=Features(main_grads_dtype="bf16")))
+    assert s["main_grads"] * GIB == pytest.approx(2 * p, rel=1e-9)
+    # two distributed-optimizer instances shard over DP/2
+    s = _state(job(m, features=Features(num_distributed_optimizer_instances=2)))
+    assert s["optimizer_state"] * GIB == pytest.approx(12 / 4 * p, rel=1e-9)
+    # optimizer CPU offload keeps (1 - f)
+    s = _state(job(m, features=Features(optimizer_cpu_offload=True, optimizer_offload_fraction=0.75)))
+    assert s["optimizer_state"] * GIB == pytest.approx(0.25 * 12 / 8 * p, rel=1e-9)
+    # FP8 params: 1 B weights, no FP8 weight cache
+    s = _state(job(m, features=Features(precision="fp8_cs", fp8_param_gather=True)))
+    assert s["weights"] * GIB == pytest.approx(p, rel=1e-9) and "fp8_weight_cache" not in s
+    assert "fp8_weight_cache" in _state(job(m, features=Features(precision="fp8_cs")))
+    # Megatron-FSDP optim_grads_params: everything over DP
+    s = _state(job(m, features=Features(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")))
+    assert (s["weights"] + s["main_grads"] + s["optimizer_state"]) * GIB == pytest.approx(18 / 8 * p, rel=1e-9)
+
+
+def test_expert_state_sharded_over_edp():
+    m = get_model("Qwen3-30B-A3B")
+    lay = Layout(ep=8, etp=1)
+    f8 = Features()
+    a = _state(job(m, gpus=8, layout=lay, features=f8))
+    b = _state(job(m, gpus=16, layout=lay, features=f8, gbs=64))
+    # weights/grads per rank unchanged; optimizer shrinks (dense DP 8->16, experts EDP 1->2)
+    assert a["weights"] == pytest.approx(b["weights"])
+    assert b["optimizer_state"] < a["optimizer_state"] * 0.55
+
+
+def test_inflight_microbatches():
+    # 1F1B: stage r holds min(P - r, m)
+    assert [mem.inflight_states(4, 1, 8, r) for r in range(4)] == [((4,),), ((3,),), ((2,),), ((1,),)]
+    assert mem.inflight_states(4, 1, 2, 0) == ((2,),)
+    # interleaved: warm-up (P - r - 1)*2 + (v - 1)*P forwards, +1 at the first steady forward
+    for r in range(4):
+        peak = max(sum(s) for s in mem.inflight_states(4, 2, 16, r))
+        assert peak == (4 - r - 1) * 2 + (2 - 1) * 4 + 1
+    # the last rank holds its last (loss) chunk for one microbatch at a time at most twice
+    assert max(s[-1] for s in mem.inflight_states(2, 4, 4, 1)) <= 2
+
+
+def test_stage_structure_and_binding():
+    j = job(get_model("Qwen3-30B-A3B"), gpus=32, layout=Layout(pp=4, ep=8), gbs=256)
+    est = mem.estimate_memory(j)
+    assert [s.pp_rank for s in est.stages] == [0, 1, 2, 3]
+    assert sum(s.binding for s in est.stages) == 1
+    assert est.stages[est.binding_stage].binding
+    assert est.last_stage_peak_allocated_gib == est.stages[-1].peak_allocated_gib
+    assert est.peak_allocated_gib == max(s.peak_allocated_gib for s in est.stages)
+    # first stage holds the most in-flight microbatches
+    assert est.stages[0].components["activations"] > est.stages[-1].components["activations"]
+    for s in est.stages:
+        assert s.reserved_gib >= s.peak_allocated_gib and s.device_gib >= s.reserved_gib
+        assert s.chunks and s.chunks[0].in_flight_at_peak >= 1
+    assert est.assumptions and est.headroom_policy
+
+
+def test_expandable_segments_reduce_reserved_not_allocated():
+    m = get_model("Qwen3-30B-A3B")
+    a = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16)))
+    b = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16),
+                                features=Features(expandable_segments=True, hidden_dropout=0, attention_dropout=0)))
+    assert a.peak_allocated_gib == pytest.approx(b.peak_allocated_gib)
+    assert b.stages[0].reserved_gib < a.stages[0].reserved_gib
+
+
+def test_runtime_tail_items():
+    m = get_model("Qwen3-30B-A3B")
+    f = Features(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+    c = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16), features=f)).stages[0].components
+    assert c["deepep_buffers"] > 0 and c["nccl_buffers"] > 0 and c["cuda_context"] > 0
+    assert c["fragmentation"] > 0 and c["library_workspaces"] > 0
+
+
+def test_routing_imbalance_and_capacity():
+    m = get_model("Qwen3-30B-A3B")
+    base = job(m, gpus=16, layout=Layout(ep=16))
+    hot = base.with_(features=base.features.model_copy(update={"moe_routing_imbalance": 2.0}))
+    capped = base.with_(features=base.features.model_copy(update={"moe_routing_imbalance": 2.0,
+                                                                  "moe_expert_capacity_factor": 1.25}))
+    forced = base.with_(features=hot.features.model_copy(update={"moe_router_force_load_balancing": True}))
+    a, h, c, fb = (mem.estimate_memory(j).peak_allocated_gib for j in (base, hot, capped, forced))
+    assert a < c < h and fb == pytest.approx(a)
+
+
+def test_full_recompute_below_selective_below_none():
+    m = get_model("Qwen3-30B-A3B")
+    lay = Layout(pp=2, ep=8)
+
+    def act(**kw):
+        f = Features(hidden_dropout=0, attention_dropout=0, **kw)
+        return mem.estimate_memory(job(m, gpus=16, layout=lay, features=f, gbs=128)).stages[0].components[
+            "activations"]
+
+    none = act()
+    sel = act(recompute_granularity="selective", recompute_modules=("moe_act", "layernorm"))
+    full = act(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    block = act(recompute_granularity="full", recompute_method="block", recompute_num_layers=4)
+    assert full < block < none and full < sel < none
+
+
+def test_cuda_graph_capture_phase():
+    m = get_model("Qwen3-30B-A3B")
+    f = Features(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",), hidden_dropout=0,
+                 attention_dropout=0)
+    c = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16), features=f)).stages[0].components
+    assert c["cuda_graph_activations"] > 0 and c["cuda_graph_static_io"] > 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(["Qwen3-30B-A3B", "DeepSeek-V3", "Mixtral-8x7B", "GPT-OSS-20B"]), st.sampled_from([1, 2, 4]))
+def test_more_pp_never_raises_per_rank_params(name, pp):
+    m = get_model(name)
+    if m.num_layers % (2 * pp):
+        return
+    f = Features(use_distributed_optimizer=False)
+
+    def worst_weights(p):
+        est = mem.estimate_memory(job(m, gpus=64 * p, layout=Layout(pp=p, ep=8), features=f, gbs=1024))
+        return max(s.components["weights"] for s in est.stages)
+
+    assert worst_weights(2 * pp) <= worst_weights(pp) + 1e-9
+
+
+def test_explain_workflow_order():
+    m = get_model("Qwen3-30B-A3B")
+    j = job(m, gpus=16, layout=Layout(ep=16))
+    sug = mem.explain_memory(j)
+    order = [s.action for s in sug]
+    assert order[0] == "expandable_segments"
+    assert all(s.frees_gib > 0 for s in sug)
+    # offloading comes last, layout before offloading, recompute before layout
+    rank = {"expandable_segments": 0, "recompute": 1, "layout": 2, "offload": 3}
+    assert [rank[a] for a in order] == sorted(rank[a] for a in order)
