@@ -326,23 +326,47 @@ def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> t
     return runs, skipped
 
 
-def _recipe_features(model_name: str, system: Any, gpus: int, precision: str) -> tuple[Any | None, list[str]]:
-    """Features of the Megatron-Bridge perf recipe for (model, system, GPUs, precision), via the recipe catalog."""
+#: canonical precision -> precision label of the Bridge perf recipe catalog
+RECIPE_PRECISION = {"bf16": "BF16", "fp16": "BF16", "fp8_cs": "FP8", "fp8_delayed": "FP8 (delayed scaling)",
+                    "fp8_blockwise": "FP8 (subchannel/blockwise)", "mxfp8": "MXFP8", "nvfp4": "NVFP4"}
+
+
+def recipe_job(model: Any, system: Any, gpus: int, precision: str) -> tuple[Any | None, list[str]]:
+    """The Job of the Megatron-Bridge perf recipe for (model, system, GPUs, precision) from the recipe catalog
+    (:func:`moetune.catalog.recipes.find_recipe`), or None; the second item lists what was assumed."""
     try:
         from moetune.catalog.recipes import find_recipe, recipe_config
         from moetune.io.config_to_job import job_from_config
     except ImportError:
         return None, ["Bridge recipe catalog not available: library defaults"]
+    from moetune.catalog.models import normalize_name
+    from moetune.catalog.recipes import list_recipes
+
+    # exact system match first (a GB200 run must not pick a B200 recipe), then the catalog's own matching
+    sys_keys = {normalize_name(k) for k in (system.name, *system.aliases)}
+    names = {normalize_name(k) for k in (model.name, *model.aliases)}
+    want = RECIPE_PRECISION.get(precision)
+    exact = [r for r in list_recipes() if normalize_name(r["model"]) in names and normalize_name(r["system"]) in sys_keys
+             and r.get("task", "pretrain") == "pretrain"]
+    exact.sort(key=lambda r: (r.get("precision") != want, r.get("variant") is not None, abs((r.get("gpus") or 0) - gpus)))
+    rec = exact[0] if exact else None
+    for name in () if rec else (model.name, *model.aliases):
+        for prec in (RECIPE_PRECISION.get(precision), None):
+            rec = find_recipe(name, system.name, gpus=gpus, precision=prec)
+            if rec:
+                break
+        if rec:
+            break
+    if not rec:
+        return None, []
     try:
-        name = find_recipe(model_name, system.name, gpus=gpus, precision=precision)
-        if not name:
-            return None, []
-        name = getattr(name, "name", name)
-        cfg = recipe_config(name)
-        rjob = job_from_config(cfg, system=system, gpus=gpus, model=model_name)
-    except Exception as exc:  # noqa: BLE001 - recipe lookup is best effort; the row still runs on defaults
-        return None, [f"no Bridge recipe used ({exc.__class__.__name__}: {str(exc)[:80]})"]
-    return rjob.features, [f"features from Bridge perf recipe {name}"]
+        rjob = job_from_config(recipe_config(rec["name"]), system=system, gpus=gpus, model=model)
+    except Exception as exc:  # noqa: BLE001 - a recipe that cannot be read leaves the row on library defaults
+        return None, [f"Bridge recipe {rec['name']} unreadable ({exc.__class__.__name__}): library defaults"]
+    note = f"features from Bridge perf recipe {rec['name']}"
+    if RECIPE_PRECISION.get(precision) != rec.get("precision"):
+        note += f" (recipe precision {rec.get('precision')}, run precision {precision})"
+    return rjob, [note]
 
 
 def build_published_job(*, model: Any, system: str, gpus: int, precision: str, gbs: int, mbs: int, seq: int, tp: int,
@@ -356,7 +380,16 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     from moetune.spec.layout import Layout
 
     sysm = get_system(system)
-    feats, notes = _recipe_features(model.name, sysm, gpus, precision)
+    rjob, notes = recipe_job(model, sysm, gpus, precision)
+    feats = rjob.features if rjob is not None else None
+    pl_fields: dict[str, Any] = {}
+    if rjob is not None and rjob.layout.pp == pp and rjob.layout.vpp_size == (vp or 1):
+        rl = rjob.layout
+        pl_fields = {"pipeline_layout": rl.pipeline_layout,
+                     "num_layers_in_first_pipeline_stage": rl.num_layers_in_first_pipeline_stage,
+                     "num_layers_in_last_pipeline_stage": rl.num_layers_in_last_pipeline_stage,
+                     "account_for_embedding_in_pipeline_split": rl.account_for_embedding_in_pipeline_split,
+                     "account_for_loss_in_pipeline_split": rl.account_for_loss_in_pipeline_split}
     update: dict[str, Any] = {"precision": precision, "moe_router_force_load_balancing": True,
                               "moe_expert_capacity_factor": None, "sequence_parallel": tp > 1}
     if fsdp:
@@ -375,6 +408,6 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     if feats.overlap_moe_expert_parallel_comm and pp > 1 and not (vp and vp > 1):
         update["overlap_moe_expert_parallel_comm"] = False
     feats = feats.model_copy(update=update)
-    layout = Layout(tp=tp, pp=pp, vpp=vp if (vp and vp > 1) else None, cp=cp, ep=ep, etp=etp)
+    layout = Layout(tp=tp, pp=pp, vpp=vp if (vp and vp > 1) else None, cp=cp, ep=ep, etp=etp, **pl_fields)
     return Job(model=model, system=sysm, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,
                layout=layout, features=feats, assumptions=tuple(notes))

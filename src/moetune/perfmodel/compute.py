@@ -183,3 +183,18 @@ def cast_bytes(elements: float, quant_bytes: float) -> float:
     """Quantise a BF16 operand (read 2 B, write the quantised bytes; TE ``cast_transpose`` also writes the
     transpose for the backward GEMM)."""
     return elements * (BF16_BYTES + 2 * quant_bytes)
+
+
+def mamba_bytes(d_inner: float, ngroups: float, state: float, heads: float, head_dim: float,
+                chunk: float = 128.0) -> float:
+    """Forward bytes per token of a Mamba-2 mixer's memory-bound kernels (Megatron ``MambaMixer`` with the SSD
+    chunked scan, Dao & Gu 2024 ``mamba_chunk_scan_combined``, chunk size 128):
+
+    causal conv1d on x, B, C (read + write), the scan's inputs x, B, C, dt and output y, the FP32 inter-chunk
+    states (H·P·N per chunk, written and read), and the gated RMSNorm on y and z.
+    """
+    conv = 2 * (d_inner + 2 * ngroups * state) * BF16_BYTES
+    scan = (2 * d_inner + 2 * ngroups * state + heads) * BF16_BYTES
+    states = 2 * heads * head_dim * state * 4.0 / chunk
+    gated_norm = 3 * d_inner * BF16_BYTES
+    return conv + scan + states + gated_norm

@@ -249,6 +249,11 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     if mixer in ("A", "W"):
         qk = (model.num_attention_heads + model.query_groups) * hd
         wl.mem(t_a * K.rope_bytes(qk) / tp, tag="attn_proj", layer=i)
+    if mixer == "M":
+        heads = float(model.mamba_num_heads or (2 * h) // (model.mamba_head_dim or 64))
+        pdim = float(model.mamba_head_dim or 64)
+        wl.mem(t_a / tp * K.mamba_bytes(heads * pdim, float(model.mamba_num_groups or 1),
+                                        float(model.mamba_state_dim or 128), heads, pdim), tag="mixer", layer=i)
     if mlp != "_":
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mlp == "D":
@@ -573,8 +578,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         bw = r["nic"] if prof.pp_cross else r["nv"]
         t_p2p = prof.pp_bytes / (bw * 1e9)
         pp_exp = 2 * (prof.pp - 1) * t_p2p
-        if not (feat.overlap_p2p_comm and prof.vpp > 1):
-            pp_exp += 2 * m * prof.vpp * t_p2p
+        if prof.vpp <= 1:  # interleaved schedules overlap p2p with compute (overlap_p2p_comm auto with VPP > 1)
+            pp_exp += 2 * m * t_p2p
     # DP gradient reduce-scatter / parameter all-gather (distributed optimizer) and optimizer step
     dp_exp, opt = _dp_and_optimizer(prof, eff, r, wb, m)
     walls = {
