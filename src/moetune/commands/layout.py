@@ -36,6 +36,7 @@ def layout_report(
     seq: int | None = None,
     tp_pp_dp_mapping: bool = False,
     ranks_per_domain: int | None = None,
+    sequence_parallel: bool | None = None,
 ) -> dict[str, Any]:
     """Everything ``moetune layout`` prints, as a dict (raises :class:`InputError` / :class:`LayoutError`)."""
     from moetune.catalog.systems import get_system
@@ -54,9 +55,11 @@ def layout_report(
         from moetune.catalog.models import get_model
 
         arch = get_model(model)
-        msg = layout_violation(arch, lay, gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq)
+        msg = layout_violation(arch, lay, gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,
+                               sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel)
     else:
-        msg = layout_violation_without_model(lay, gpus, global_batch_size=gbs, micro_batch_size=mbs)
+        msg = layout_violation_without_model(lay, gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,
+                                             sequence_parallel=tp > 1 if sequence_parallel is None else sequence_parallel)
     if msg is not None:
         raise LayoutError(f"{lay.short()} on {gpus} GPUs: {msg}", field="layout")
 
@@ -190,7 +193,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         gbs: Annotated[int | None, typer.Option(help="Global batch size (sequences).")] = None,
         mbs: Annotated[int, typer.Option(help="Micro batch size.")] = 1,
-        seq: Annotated[int | None, typer.Option(help="Sequence length (CP / SP divisibility; needs --model).")] = None,
+        seq: Annotated[int | None, typer.Option(help="Sequence length (checks s % 2CP and, with SP, (s/CP) % TP).")] = None,
+        sequence_parallel: Annotated[
+            bool | None,
+            typer.Option("--sequence-parallel/--no-sequence-parallel", help="SP (default: on when TP > 1)."),
+        ] = None,
         tp_pp_dp_mapping: Annotated[
             bool, typer.Option("--tp-pp-dp-mapping", help="Rank order tp-cp-ep-pp-dp (Bridge dist.use_tp_pp_dp_mapping).")
         ] = False,
@@ -203,7 +210,8 @@ def register(app: typer.Typer) -> None:
         """DP/EDP, microbatches, minimum GPUs, Parallel-Folding meshes and NVLink-crossing groups of a layout."""
         rep = layout_report(gpus=gpus, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, pipeline_layout=pipeline_layout,
                             system=system, model=model, gbs=gbs, mbs=mbs, seq=seq,
-                            tp_pp_dp_mapping=tp_pp_dp_mapping, ranks_per_domain=ranks_per_domain)
+                            tp_pp_dp_mapping=tp_pp_dp_mapping, ranks_per_domain=ranks_per_domain,
+                            sequence_parallel=sequence_parallel)
         if json_out:
             print_json(rep)
         else:

@@ -66,6 +66,15 @@ def _world_violation(tp: int, cp: int, pp: int, ep: int, etp: int, w: int) -> st
     return None
 
 
+def _seq_violation(tp: int, cp: int, seq_length: int, sequence_parallel: bool | None) -> str | None:
+    """PAR-014 ``s % (2·CP)`` and PAR-018 ``(s/CP) % TP`` with sequence parallelism."""
+    if cp > 1 and seq_length % (2 * cp):
+        return f"seq_length={seq_length} is not divisible by 2*CP={2 * cp} (PAR-014)"
+    if sequence_parallel and tp > 1 and (seq_length // cp) % tp:
+        return f"sequence parallel: seq_length/CP={seq_length // cp} is not divisible by TP={tp} (PAR-018)"
+    return None
+
+
 def _batch_violation(dp: int, pp: int, vpp: int, gbs: int, mbs: int) -> str | None:
     """PAR-035 (GBS vs MBS*DP, dense DP) and PAR-037/038 (interleaved schedule vs microbatches)."""
     if gbs % (mbs * dp):
@@ -80,14 +89,24 @@ def _batch_violation(dp: int, pp: int, vpp: int, gbs: int, mbs: int) -> str | No
 
 
 def layout_violation_without_model(
-    layout: Layout, gpus: int, *, global_batch_size: int | None = None, micro_batch_size: int | None = None
+    layout: Layout,
+    gpus: int,
+    *,
+    global_batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    seq_length: int | None = None,
+    sequence_parallel: bool | None = None,
 ) -> str | None:
     """The model-independent subset: world size (PAR-001/002), VPP needs PP > 1 (PAR-006), layout stages % PP
-    (PAR-031) and the batch rules (PAR-035/037/038)."""
+    (PAR-031), sequence vs CP / SP (PAR-014/018) and the batch rules (PAR-035/037/038)."""
     tp, pp, cp, ep, etp = layout.tp, layout.pp, layout.cp, layout.ep, layout.expert_tp
     msg = _world_violation(tp, cp, pp, ep, etp, gpus)
     if msg:
         return msg
+    if seq_length is not None:
+        msg = _seq_violation(tp, cp, seq_length, sequence_parallel)
+        if msg:
+            return msg
     if layout.pipeline_layout is not None:
         try:
             vpp = layout_vpp(layout.pipeline_layout, pp)
@@ -180,12 +199,9 @@ def layout_violation(
     vpp = len(stages) // pp
     # --- sequence ------------------------------------------------------------------------------------------
     if seq_length is not None:
-        if cp > 1 and seq_length % (2 * cp):
-            return f"seq_length={seq_length} is not divisible by 2*CP={2 * cp} (PAR-014)"
-        if sequence_parallel and tp > 1 and (seq_length // cp) % tp:
-            return (
-                f"sequence parallel: seq_length/CP={seq_length // cp} is not divisible by TP={tp} (PAR-018)"
-            )
+        msg = _seq_violation(tp, cp, seq_length, sequence_parallel)
+        if msg:
+            return msg
     if sequence_parallel is False and experts and tp > 1:
         return f"MoE with TP={tp} requires sequence_parallel=True (PAR-046)"
     if global_batch_size is not None:
