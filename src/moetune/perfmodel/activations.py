@@ -273,7 +273,8 @@ def layer_transient_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig
 def layer_recompute_extra_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
     """Bytes a recomputed layer rebuilds during its backward (full layer minus what selective recompute kept)."""
     plain = ActConfig(**{**_asdict(cfg), "recompute": frozenset(), "offload": frozenset()})
-    return layer_bytes(model, mixer, mlp, plain) - layer_bytes(model, mixer, mlp, cfg)
+    kept = ActConfig(**{**_asdict(cfg), "offload": frozenset()})
+    return layer_bytes(model, mixer, mlp, plain) - layer_bytes(model, mixer, mlp, kept)
 
 
 def layer_input_bytes(model: ModelArch, cfg: ActConfig) -> float:
