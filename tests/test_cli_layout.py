@@ -59,28 +59,44 @@ def test_human_view_prints_both_meshes():
     assert "MoE:       ETP1 × EP8 × EDP2 × PP1" in res.stdout
 
 
-@pytest.mark.parametrize(
-    ("args", "needle"),
-    [
-        (["--gpus", "16", "--tp", "2", "--cp", "3", "--ep", "8"], "PAR-001"),
-        (["--gpus", "24", "--tp", "2", "--cp", "3", "--ep", "16"], "PAR-002"),
-        (["--gpus", "8", "--vpp", "2"], "PAR-006"),
-        (["--gpus", "16", "--tp", "2", "--gbs", "12"], "PAR-035"),
-        (["--gpus", "16", "--pp", "2", "--pipeline-layout", "Et|t|tL"], "PAR-031"),
-        (["--gpus", "16", "--pp", "2", "--pipeline-layout", "Et|tx"], "unknown layer character"),
-        (["--gpus", "8", "--ep", "6", "--model", "DeepSeek-V3"], "PAR-002"),
-        (["--gpus", "24", "--ep", "6", "--model", "DeepSeek-V3"], "PAR-024"),
-        (["--gpus", "16", "--pp", "16", "--model", "DeepSeek-V3"], "PAR-026"),
-        (["--gpus", "8", "--cp", "4", "--seq", "4100"], "PAR-014"),
-        (["--gpus", "8", "--tp", "8", "--seq", "4100"], "PAR-018"),
-        (["--gpus", "8", "--tp", "2", "--model", "Qwen3-30B-A3B", "--no-sequence-parallel"], "PAR-046"),
-        (["--gpus", "0"], "--gpus"),
-        (["--gpus", "8", "--tp", "-2"], "--tp"),
-        (["--gpus", "8", "--system", "DGX-Z900"], "unknown system"),
-        (["--gpus", "8", "--model", "NoSuchModel"], "unknown model"),
-        (["--gpus", "eight"], "--gpus"),
-    ],
-)
+_BAD = [
+    (["--gpus", "16", "--tp", "2", "--cp", "3", "--ep", "8"], "PAR-001"),
+    (["--gpus", "24", "--tp", "2", "--cp", "3", "--ep", "16"], "PAR-002"),
+    (["--gpus", "8", "--vpp", "2"], "PAR-006"),
+    (["--gpus", "16", "--tp", "2", "--gbs", "12"], "PAR-035"),
+    (["--gpus", "16", "--pp", "2", "--pipeline-layout", "Et|t|tL"], "PAR-031"),
+    (["--gpus", "16", "--pp", "2", "--pipeline-layout", "Et|tx"], "unknown layer character"),
+    (["--gpus", "8", "--ep", "6", "--model", "DeepSeek-V3"], "PAR-002"),
+    (["--gpus", "24", "--ep", "6", "--model", "DeepSeek-V3"], "PAR-024"),
+    (["--gpus", "16", "--pp", "16", "--model", "DeepSeek-V3"], "PAR-026"),
+    (["--gpus", "8", "--cp", "4", "--seq", "4100"], "PAR-014"),
+    (["--gpus", "8", "--tp", "8", "--seq", "4100"], "PAR-018"),
+    (["--gpus", "8", "--tp", "2", "--model", "Qwen3-30B-A3B", "--no-sequence-parallel"], "PAR-046"),
+    (["--gpus", "0"], "--gpus"),
+    (["--gpus", "8", "--tp", "-2"], "--tp"),
+    (["--gpus", "8", "--system", "DGX-Z900"], "unknown system"),
+    (["--gpus", "8", "--model", "NoSuchModel"], "unknown model"),
+    (["--gpus", "eight"], "--gpus"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), _BAD)
+def test_bad_input_in_process(args, needle):
+    """Same code path as the CLI (``cli.main``), in-process: exit code 2 and one ``error:`` line."""
+    import contextlib
+    import io
+
+    from moetune.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as info:
+        main(["layout", *args, "--json"])
+    assert info.value.code == 2
+    assert out.getvalue() == ""
+    assert needle in " ".join(err.getvalue().split())
+
+
+@pytest.mark.parametrize(("args", "needle"), [_BAD[0], _BAD[5], _BAD[12], _BAD[14], _BAD[16]])
 def test_bad_input_one_line_exit_2(args, needle):
     res = run_cli("layout", *args, "--json")
     assert res.returncode == 2, (res.returncode, res.stderr)
