@@ -154,6 +154,9 @@ def main(data: Path) -> None:
                     cfg["model"]["pipeline_model_parallel_layout"] = "<built at finalize>"
             # dataset.seq_length in the source is a derived summary value (the dataset section itself was not
             # recorded), so no dataset section is emitted
+            # _benchmark_common turns the rerun-state-machine NaN check off for every perf recipe (source meta
+            # "benchmark_common"); that section was not recorded per recipe
+            cfg["rerun_state_machine"] = {"check_for_nan_in_loss": False}
             if cfg["comm_overlap"] is None:
                 del cfg["comm_overlap"]
             env = {k: str(v) for k, v in (r.get("env_vars") or {}).items()}

@@ -89,7 +89,8 @@ TRAIN_DEFAULTS = {"micro_batch_size": 1, "decrease_batch_size_if_needed": False}
 
 #: Megatron-LM argparse defaults that differ from MCore (megatron/training/arguments.py).
 MLM_MODEL_DEFAULTS = {"gradient_accumulation_fusion": True, "bias_dropout_fusion": True, "params_dtype": "float32",
-                      "moe_token_dispatcher_type": "allgather", "transformer_impl": "transformer_engine"}
+                      "moe_token_dispatcher_type": "allgather", "transformer_impl": "transformer_engine",
+                      "overlap_p2p_comm": True}
 
 #: ``MixedPrecisionConfig`` field defaults (Bridge training/mixed_precision.py).
 MP_DEFAULTS: dict[str, Any] = {
@@ -239,6 +240,7 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
     eff["_env_vars_effective"] = envvars
     eff["_env_vars_known"] = bool(env.vars) or bool(eff.get("_env_vars_known"))
 
+    _vpp_from_layout(model, notes)
     tp = int(model.get("tensor_model_parallel_size") or 1)
     pp = int(model.get("pipeline_model_parallel_size") or 1)
     cp = int(model.get("context_parallel_size") or 1)
@@ -324,6 +326,15 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
             ep = int(model.get("expert_model_parallel_size") or 1)
             model["expert_tensor_parallel_size"] = 1 if ep > 1 else tp
             notes.append(("PAR-003", f"expert_tensor_parallel_size None -> {model['expert_tensor_parallel_size']}"))
+        # deprecated per-backend SM knobs -> moe_flex_dispatcher_num_sms from the active backend's value, both
+        # aliases cleared (Bridge models/model_load_save.py _normalize_moe_dispatcher_sm_config)
+        if model.get("moe_flex_dispatcher_num_sms") is None and (
+                model.get("moe_deepep_num_sms") is not None or model.get("moe_hybridep_num_sms") is not None):
+            key = "moe_hybridep_num_sms" if model.get("moe_flex_dispatcher_backend") == "hybridep" \
+                else "moe_deepep_num_sms"
+            model["moe_flex_dispatcher_num_sms"] = model.get(key)
+            model["moe_deepep_num_sms"] = model["moe_hybridep_num_sms"] = None
+            notes.append(("MOE-066", "deprecated *_num_sms migrated to moe_flex_dispatcher_num_sms"))
         # flex dispatcher with backend None -> alltoall (MOE-060)
         if model.get("moe_token_dispatcher_type") == "flex" and "moe_flex_dispatcher_backend" in user_model \
                 and cfg.get("model", {}).get("moe_flex_dispatcher_backend") is None:
@@ -342,6 +353,10 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
             model["sequence_parallel"] = False
         if pp > 1 and model.get("pipeline_dtype") is None:
             model["pipeline_dtype"] = model.get("params_dtype")
+        # MLM: without VPP overlap_p2p_comm is forced off; batch_p2p_comm = not overlap_p2p_comm (MLM-007)
+        if vpp is None:
+            model["overlap_p2p_comm"] = False
+        model["batch_p2p_comm"] = not model.get("overlap_p2p_comm")
         if model.get("cuda_graph_impl") not in (None, "none") and model.get("transformer_impl") == "transformer_engine":
             model["use_te_rng_tracker"] = eff["rng"]["te_rng_tracker"] = True
         if ddp.get("use_megatron_fsdp"):
@@ -357,6 +372,24 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
     eff["_notes"] = notes
     eff["frontend"] = frontend
     return eff
+
+
+def _vpp_from_layout(model: dict, notes: list[tuple[str, str]]) -> None:
+    """VPP from the pipeline layout when unset (TC L2039; MLM validate_args: a layout of one stage per rank
+    leaves VPP None)."""
+    lay = model.get("pipeline_model_parallel_layout")
+    if lay is not None and model.get("virtual_pipeline_model_parallel_size") is None \
+            and not (isinstance(lay, str) and lay.startswith("<")):
+        from moetune.errors import LayoutError
+        from moetune.spec.pipeline import layout_vpp
+
+        try:
+            v = layout_vpp(lay, int(model.get("pipeline_model_parallel_size") or 1))
+        except LayoutError:
+            v = 1  # PAR-031/PAR-032 report it
+        if v > 1:
+            model["virtual_pipeline_model_parallel_size"] = v
+            notes.append(("PAR-031", f"virtual_pipeline_model_parallel_size={v} from the pipeline layout"))
 
 
 def _mcore_post_init(model: dict, notes: list[tuple[str, str]]) -> None:

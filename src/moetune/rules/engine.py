@@ -433,6 +433,13 @@ class Ctx:
             return UNKNOWN
         return vtuple(have) < vtuple(need)
 
+    def pkg_missing(self, backend: str | None) -> Any:
+        """Tri-state: is the package a flex backend needs missing? (``env.vars['MOETUNE_HAS_<BACKEND>']`` = 0/1)."""
+        v = self.env.vars.get(f"MOETUNE_HAS_{str(backend).upper()}")
+        if v is None:
+            return UNKNOWN
+        return v in ("0", "false", "False")
+
     def te_below(self, v: str) -> Any:
         return self._below(self.env.te, v)
 

@@ -8,45 +8,36 @@ commit listed in docs/rules.md §0.
 from __future__ import annotations
 
 import math
-import re
 
-from moetune.rules.common import ENV, RT, E, I_, divisors, largest_divisor_at_most, lcm
+from moetune.errors import LayoutError
+from moetune.rules.common import ENV, I_, RT, E, divisors, largest_divisor_at_most, lcm
 from moetune.rules.engine import UNKNOWN, Ctx, all_of, any_of, rule
+from moetune.spec.pipeline import parse_pipeline_layout
 
 A = "parallel"
 
 
 def _pp_layout_stages(c: Ctx) -> list[list[str]] | None:
-    """Parse ``pipeline_model_parallel_layout`` (string like 'Et*3|(tt|)*6mL' or a list of stage lists)."""
+    """Stages of ``pipeline_model_parallel_layout`` (string or Bridge list form) via
+    :func:`moetune.spec.pipeline.parse_pipeline_layout`; None when unset or unparseable (PAR-032 reports that)."""
     lay = c.m("pipeline_model_parallel_layout")
     if lay is None or (isinstance(lay, str) and lay.startswith("<")):
         return None  # none, or recomputed by a recipe layout builder at finalize
-    if isinstance(lay, list):
-        out = []
-        for st in lay:
-            items = st if isinstance(st, list) else [st]
-            out.append([{"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}.get(str(x), str(x)) for x in items])
-        return out
-    return parse_layout_string(str(lay))
-
-
-def parse_layout_string(s: str) -> list[list[str]]:
-    """Expand Megatron's layout mini-language: '|' separates stages, 'x*n' and '(..)*n' repeat, E/L/t/m items."""
-    s = s.replace(" ", "")
-    while True:
-        m = re.search(r"\(([^()]*)\)\*(\d+)", s)
-        if not m:
-            break
-        s = s[: m.start()] + m.group(1) * int(m.group(2)) + s[m.end():]
-    s = re.sub(r"([A-Za-z])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
-    stages = s.split("|")
-    return [list(st) for st in stages]
+    try:
+        return [list(st) for st in parse_pipeline_layout(lay)]
+    except LayoutError:
+        return None
 
 
 def _layout_error(c: Ctx) -> str | None:
-    st = _pp_layout_stages(c)
-    if st is None:
+    lay = c.m("pipeline_model_parallel_layout")
+    if lay is None or (isinstance(lay, str) and lay.startswith("<")):
         return None
+    try:
+        parse_pipeline_layout(lay)
+    except LayoutError as e:
+        return str(e)
+    st = _pp_layout_stages(c)
     flat = [x for s in st for x in s]
     bad = set(flat) - set("EtmL")
     if bad:
