@@ -98,11 +98,7 @@ def test_replayed_sweep_on_real_slurm(tmp_path, shared_data):
         (shared_data / "logs/log_nan_1.txt").read_text()
     assert (d / "runs/retune-dispatcher-deepep/traces/deepseek_profile_data_train.json").is_file()
 
-    pytest.importorskip("moetune.evidence.logs", reason="log readers (helper F) not installed")
-    from moetune import evidence
-
-    if not hasattr(evidence, "read_run"):
-        pytest.skip("moetune.evidence.read_run not available yet")
+    pytest.importorskip("moetune.evidence.steady", reason="log readers (helper F) not installed")
     r = run_cli("sweep", "collect", str(d), "--json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)

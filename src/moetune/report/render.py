@@ -33,6 +33,16 @@ def _f(x: Any, nd: int = 4) -> str:
     return str(x)
 
 
+def _pct(x: Any) -> str:
+    return f"{x:+.2f}" if isinstance(x, int | float) and not isinstance(x, bool) else ""
+
+
+def _ci(x: Any) -> str:
+    if isinstance(x, list | tuple) and len(x) == 2 and all(isinstance(v, int | float) for v in x):
+        return f"[{x[0]:+.2f}, {x[1]:+.2f}]"
+    return ""
+
+
 def _table(head: list[str], rows: list[list[str]], raw: bool = False) -> str:
     h = "".join(f"<th>{_e(c)}</th>" for c in head)
     body = "".join("<tr>" + "".join(f"<td>{c if raw else _e(c)}</td>" for c in r) + "</tr>" for r in rows)
@@ -128,8 +138,8 @@ def render_html(data: dict[str, Any]) -> str:
         parts.append("<h2>Runs and acceptance</h2>" + _table(
             ["run", "phase", "variable", "status", "measured step s", "predicted step s", "TFLOP/s/GPU",
              "reasons"], rows, raw=True))
-        ab_rows = [[_e(a["a"]), _e(a["b"]), _e(a.get("variable")), _e(a.get("verdict")), _e(_f(a.get("delta_pct"))),
-                    _e(a.get("ci_pct")), _e(a.get("reason", ""))] for a in res["ab"]]
+        ab_rows = [[_e(a["a"]), _e(a["b"]), _e(a.get("variable")), _e(a.get("verdict")), _e(_pct(a.get("delta_pct"))),
+                    _e(_ci(a.get("ci_pct"))), _e(a.get("reason", ""))] for a in res["ab"]]
         parts.append("<h2>A/B table (one variable changed)</h2>" + _table(
             ["A", "B", "variable", "verdict", "delta %", "CI %", "reason"], ab_rows, raw=True))
         parts.append("<h2>Winners per phase</h2>" + _table(

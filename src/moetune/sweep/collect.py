@@ -36,18 +36,6 @@ from moetune.sweep.sweepdir import load_run, load_sweep
 
 PASS, FAIL, UNVERIFIED = "pass", "fail", "unverified"
 
-#: config keys (Bridge field names / Megatron arg names as the log readers report them) -> contract attribute
-CONFIG_CHECKS = {
-    "global_batch_size": ("shape", "global_batch_size"),
-    "micro_batch_size": ("shape", "micro_batch_size"),
-    "seq_length": ("shape", "seq_length"),
-    "tensor_model_parallel_size": ("layout", "tp"),
-    "pipeline_model_parallel_size": ("layout", "pp"),
-    "context_parallel_size": ("layout", "cp"),
-    "expert_model_parallel_size": ("layout", "ep"),
-    "world_size": ("hardware", "gpus"),
-}
-
 #: fallback/skip messages that show a flex backend did not run (docs/domain.md §7.4 'silently skipped')
 FALLBACK_SIGNALS = ("dispatcher_fallback", "deepep_unavailable", "hybridep_unavailable", "flex_fallback")
 
@@ -77,6 +65,11 @@ def _dispatcher_check(intended: str, log: dict | None, trace: dict | None, trace
         s = fallback[0]
         return _check("dispatcher_active", FAIL, f"intended {intended} but the log shows a fallback at line "
                       f"{s.get('line')}: {s.get('text', '')[:160]}")
+    stated = str((log or {}).get("observed", {}).get("dispatcher") or "")
+    if stated:
+        stated_name = stated.split(":", 1)[-1]
+        if stated_name != intended and not (intended == "alltoall" and stated_name == "alltoall"):
+            return _check("dispatcher_active", FAIL, f"intended {intended} but the log's config runs {stated}")
     if intended in ("deepep", "hybridep"):
         if trace is None:
             why = trace_error or "no trace for this run"
@@ -125,15 +118,19 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
             checks.append(_check("log_present", FAIL, f"{logs[0].name}: {' '.join(str(exc).split())[:200]}"))
     if log is not None:
         nan = log["nan_iterations"] or 0
+        nan_list = list(nan) if isinstance(nan, list | tuple) else []
+        n_nan = len(nan_list) if nan_list else int(nan or 0)
         finite = log["loss_finite"]
-        if finite is False or nan:
-            checks.append(_check("loss_finite", FAIL, f"non-finite loss: {nan} NaN iteration(s)"
+        if finite is False or n_nan:
+            at = f" at iteration {', '.join(str(i) for i in nan_list[:5])}" if nan_list else ""
+            checks.append(_check("loss_finite", FAIL, f"non-finite loss: {n_nan} NaN iteration(s){at}"
                                  f"{' (loss missing or NaN in the log)' if finite is False else ''}"))
         elif finite is None:
             checks.append(_check("loss_finite", UNVERIFIED, "the log reader reported no loss health"))
         else:
             checks.append(_check("loss_finite", PASS, "finite loss, 0 NaN iterations"))
         sk = log["skipped_iterations"] or 0
+        sk = len(sk) if isinstance(sk, list | tuple) else int(sk)
         checks.append(_check("no_skipped", FAIL if sk else PASS, f"{sk} skipped iteration(s)"))
         its = log["iterations"]
         have = [i for i in its if window[0] <= i <= window[1]]
@@ -157,18 +154,18 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
         if extra:
             broken.append(f"changes beyond the declared variable vs {man['reference']}: {', '.join(extra)}")
     if log is not None:
-        gbs = [g for g in log["observed_gbs"] if g != contract.shape.global_batch_size]
-        if gbs:
-            broken.append(f"global batch size {gbs[0]} in the log vs {contract.shape.global_batch_size} in the contract")
-        cfg = log["config"] or {}
-        for key, (section, attr) in CONFIG_CHECKS.items():
-            if key in cfg and key != "global_batch_size":
-                want = _expected(man, contract, section, attr)
-                try:
-                    if want is not None and int(cfg[key]) != int(want):
-                        broken.append(f"{key}={cfg[key]} in the log vs {want} intended")
-                except (TypeError, ValueError):
-                    pass
+        obs = log["observed"]
+        for key, want in _intended_contract(man, contract).items():
+            got = obs.get(key)
+            if got is None or want is None:
+                continue
+            try:
+                differs = int(got) != int(want)
+            except (TypeError, ValueError):
+                differs = str(got) != str(want)
+            if differs:
+                what = key.replace("_", " ")
+                broken.append(f"{what} {got} in the log vs {want} in the contract")
     checks.append(_check("contract", FAIL if broken else PASS, "; ".join(broken) or "contract held"))
     # features actually active
     trace = None
@@ -224,14 +221,12 @@ def _undeclared_changes(man: dict, ref: dict) -> list[str]:
     return out
 
 
-def _expected(man: dict, contract, section: str, attr: str):
-    if section == "layout":
-        return man["layout"].get(attr, _get(contract, section, attr))
-    if section == "hardware" and attr == "gpus":
-        return man["gpus"]
-    if section == "shape" and attr == "micro_batch_size":
-        return man["mbs"]
-    return _get(contract, section, attr)
+def _intended_contract(man: dict, contract) -> dict[str, Any]:
+    """Contract field (names of ``moetune.evidence.contract.FIELDS``) -> the value this run must show."""
+    lay = man["layout"]
+    return {"global_batch_size": contract.shape.global_batch_size, "seq_length": contract.shape.seq_length,
+            "micro_batch_size": man["mbs"], "gpus": man["gpus"], "tp": lay.get("tp"), "pp": lay.get("pp"),
+            "cp": lay.get("cp"), "ep": lay.get("ep"), "etp": lay.get("etp")}
 
 
 def _ab(ref: dict, cand: dict) -> dict[str, Any]:
@@ -321,6 +316,45 @@ def _fmt(x: Any) -> str:
     return f"{x:.6g}" if isinstance(x, float) else str(x)
 
 
+def _regenerate_validate(d: Path, sweep: dict, contract, winners: list[dict], by_name: dict) -> str:
+    """Point the validation run at the retune winner (before it ran) or say that it validated something else."""
+    from moetune.sweep.contract import Window
+    from moetune.sweep.phases import RunSpec, intended_features
+    from moetune.sweep.sweepdir import write_run
+
+    win = next((w.get("run") for w in winners if w["phase"] == "retune"), None)
+    val = by_name.get("validate-winner")
+    if not win or val is None or win == "retune-ref":
+        return "validation runs the reference configuration"
+    src = load_run(d, win)
+    man = load_run(d, "validate-winner")
+    same = src["features"] == man["features"] and src["layout"] == man["layout"] and src["mbs"] == man["mbs"] \
+        and src["precision"] == man["precision"]
+    if same:
+        return f"validation runs the retune winner {win}"
+    name = "validate-winner"
+    if val["logs"]:
+        # the declared validation already ran another configuration: add a new validation run for the winner
+        name = f"validate-{win.removeprefix('retune-')}"
+        if any(r["name"] == name for r in sweep["runs"]):
+            return f"validation of the retune winner {win} is run {name}"
+    spec = RunSpec(name=name, phase="validate", layout=src["layout"], mbs=src["mbs"],
+                   features=src["features"], precision=src["precision"], gpus=src["gpus"],
+                   window=Window(**man["window"]), candidate_index=man.get("candidate_index"),
+                   predicted=man.get("predicted") or {}, notes=[*man.get("notes", []), f"retune winner {win}"],
+                   intended=intended_features(src["features"], src["precision"]))
+    write_run(d, contract, sweep["contract_sha256"], spec, man.get("replay"), sweep["name"])
+    if name != "validate-winner":
+        import yaml
+
+        entry = next(r for r in sweep["runs"] if r["name"] == "validate-winner")
+        sweep["runs"].append({**entry, "name": name, "dir": f"runs/{name}", "depends": {"type": "afterany", "on": []}})
+        (d / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+        return (f"validate-winner validated the reference configuration; added run {name} for the retune winner "
+                f"{win}: `moetune sweep submit {d} --run {name}`")
+    return f"validate-winner regenerated with the retune winner {win}; submit it with --phase validate"
+
+
 def collect_sweep(d: Path) -> dict[str, Any]:
     sweep, contract = load_sweep(d)
     contract_ok = file_sha256(d / "contract.yaml") == sweep.get("contract_sha256")
@@ -330,6 +364,7 @@ def collect_sweep(d: Path) -> dict[str, Any]:
             if r["phase"] == "retune" and r.get("reference") in by_name]
     winners = [w for p in ("fit", "scale", "profile", "retune", "validate")
                if (w := _winner(results, p, abs_)) is not None]
+    validate_note = _regenerate_validate(d, sweep, contract, winners, by_name)
     out_dir = d / "collect"
     out_dir.mkdir(exist_ok=True)
     rows = _calibration_rows(results, contract, sweep)
@@ -340,7 +375,7 @@ def collect_sweep(d: Path) -> dict[str, Any]:
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     doc = {"sweep": sweep["name"], "contract_ok": contract_ok, "contract": contract.model_dump(mode="json",
                                                                                              by_alias=True),
-           "runs": public, "ab": abs_, "winners": winners,
+           "runs": public, "ab": abs_, "winners": winners, "validate": validate_note,
            "accepted": sum(r["accepted"] for r in results), "rejected": sum(not r["accepted"] for r in results),
            "calibration_csv": str(out_dir / "calibration.csv")}
     (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str))

@@ -38,7 +38,8 @@ def as_dict(obj: Any) -> Any:
 
 def _log_api():
     try:
-        from moetune.evidence import read_run, summarize_run  # type: ignore[attr-defined]
+        from moetune.evidence.logs import read_run
+        from moetune.evidence.steady import summarize_run
     except ImportError as exc:
         raise EvidenceUnavailable(f"log readers not available (moetune.evidence.read_run/summarize_run: {exc})") \
             from None
@@ -47,7 +48,7 @@ def _log_api():
 
 def _compare_api():
     try:
-        from moetune.evidence import compare_runs  # type: ignore[attr-defined]
+        from moetune.evidence.compare import compare_runs
     except ImportError as exc:
         raise EvidenceUnavailable(f"A/B comparison not available (moetune.evidence.compare_runs: {exc})") from None
     return compare_runs
@@ -55,7 +56,7 @@ def _compare_api():
 
 def _trace_api():
     try:
-        from moetune.evidence.traces import analyze_paths  # type: ignore[attr-defined]
+        from moetune.evidence.traces.analyze import analyze_paths
     except ImportError as exc:
         raise EvidenceUnavailable(f"trace analysis not available (moetune.evidence.traces.analyze_paths: {exc})") \
             from None
@@ -119,11 +120,21 @@ def read_log_evidence(path: Path, window: tuple[int, int]) -> dict[str, Any]:
         "skipped_iterations": loss.get("skipped_iterations"),
         "memory": summ.get("memory") or {},
         "config": summ.get("config") or as_dict(getattr(rec, "config", {}) or {}),
+        "observed": _contract_fields(rec),
         "versions": as_dict(getattr(rec, "versions", {}) or {}),
         "signals": [{"kind": getattr(s, "kind", ""), "line": getattr(s, "line", None),
                      "text": getattr(s, "text", "")} for s in (getattr(rec, "signals", None) or [])],
         "summary": summ,
     }
+
+
+def _contract_fields(rec: Any) -> dict[str, Any]:
+    """The contract fields the log states (F's ``contract_fields``; None = not stated)."""
+    try:
+        from moetune.evidence.contract import contract_fields
+    except ImportError:
+        return {}
+    return {k: v for k, v in contract_fields(rec).items() if v is not None}
 
 
 def peak_memory_gib(mem: dict[str, Any]) -> float | None:
@@ -154,36 +165,19 @@ def read_trace_evidence(paths: list[Path]) -> dict[str, Any]:
     graphs = False
     fp8 = False
     for r in ranks:
-        feats = r.get("features") or {}
-        kinds = {str(k).lower() for k in (r.get("comm_by_kind") or {})}
-        text = repr(feats).lower()
-        for b in ("deepep", "hybridep", "nccl"):
-            if b in text or any(b in k for k in kinds):
-                backends.add(b)
-        if any(k.startswith(("alltoall", "all_to_all", "sendrecv")) for k in kinds):
-            backends.add("nccl_alltoall")
-        graphs = graphs or bool(_truthy(feats, "graph"))
-        fp8 = fp8 or bool(_truthy(feats, "fp8"))
+        f = r.get("features") or {}
+        disp = str(f.get("dispatcher") or "")
+        if disp in ("deepep", "hybridep"):
+            backends.add(disp)
+        for b in (f.get("comm_backends") or {}):
+            backends.add(str(b).lower())
+        graphs = graphs or bool(f.get("cuda_graph_launches") or f.get("graph_replayed_kernels"))
+        fp8 = fp8 or bool(f.get("fp8_gemm_kernels") or f.get("fp8_kernels") or f.get("fp4_kernels"))
     return {"report": rep, "backends": sorted(backends), "cuda_graphs": graphs, "fp8": fp8,
             "dominant_wall": (ranks[0].get("dominant_wall") if ranks else None)}
-
-
-def _truthy(d: Any, needle: str) -> bool:
-    if isinstance(d, dict):
-        for k, v in d.items():
-            if needle in str(k).lower() and (v is True or (isinstance(v, int | float) and v > 0) or
-                                             (isinstance(v, list | dict) and v)):
-                return True
-            if _truthy(v, needle):
-                return True
-    return False
 
 
 def compare(a_record: Any, b_record: Any, window: tuple[int, int]) -> dict[str, Any]:
     """F's A/B verdict ({verdict, delta_pct, ci_pct, contract}) of B against A."""
     compare_runs = _compare_api()
-    try:
-        res = compare_runs(a_record, b_record, window=window)
-    except TypeError:
-        res = compare_runs(a_record, b_record)
-    return as_dict(res)
+    return as_dict(compare_runs(a_record, b_record, window_a=window, window_b=window))
