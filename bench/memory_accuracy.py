@@ -39,11 +39,12 @@ PLATFORM_SYSTEM = {"dgx_h100": "DGX-H100", "dgxh100_dgxc": "DGX-H100", "dgx_a100
 CARD_RECIPES = {
     "Qwen3-30B-A3B pretrain perf recipe": ("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config", {}, ""),
     "Nemotron-3.5-Lightning (hybrid Mamba-MoE) pretrain|H100": (
-        "nemotron_3_5_lightning_pretrain_16gpu_h100_bf16_config", {"cp": 2},
-        "layout from the 16-GPU H100 perf recipe, CP2 from the card"),
+        "nemotron_3_5_lightning_pretrain_16gpu_h100_bf16_config",
+        {"cp": 2, "graphs": ("mamba",), "natural_routing": True},
+        "layout from the 16-GPU H100 perf recipe; card: CP2, TE graphs scope mamba, natural routing"),
     "Nemotron-3.5-Lightning (hybrid Mamba-MoE) pretrain|GB200": (
-        "nemotron_3_5_lightning_pretrain_8gpu_gb200_bf16_config", {"graphs": False},
-        "8-GPU GB200 perf recipe, CUDA graphs off (card)"),
+        "nemotron_3_5_lightning_pretrain_8gpu_gb200_bf16_config", {"graphs": False, "natural_routing": True},
+        "8-GPU GB200 perf recipe; card: CUDA graphs off, natural routing"),
     "Nemotron-3.5-Lightning (hybrid Mamba-MoE) pretrain FSDP|GB200": (
         "nemotron_3_5_lightning_pretrain_8gpu_gb200_fp8mx_fsdp_config", {"graphs": False}, "card: no CUDA graphs"),
 }
@@ -138,9 +139,13 @@ def _row_job(r: dict, data: Path, golden_cfgs: dict[str, Path]):
     cfg = recipe_config(recipe)
     job = with_memory_fields(job_from_config(cfg), cfg)
     upd_lay = {k: v for k, v in ov.items() if k in ("cp", "tp", "pp", "ep")}
-    feats = {}
+    feats: dict = {}
     if ov.get("graphs") is False:
         feats = {"cuda_graph_impl": "none", "cuda_graph_scope": ()}
+    elif isinstance(ov.get("graphs"), tuple):
+        feats = {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ov["graphs"]}
+    if ov.get("natural_routing"):
+        feats["moe_router_force_load_balancing"] = False
     changes = {}
     for fld, col in (("micro_batch_size", "mbs"), ("global_batch_size", "gbs"), ("seq_length", "seq")):
         if r.get(col):

@@ -371,21 +371,30 @@ def _chunk_activation(job: Job, cfg: act.ActConfig, ch, vocab_padded: int) -> tu
 
 
 def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight_total: int) -> float:
-    """Static buffers of TE/local CUDA graphs on this rank: one set per graphed module and in-flight microbatch."""
+    """Static buffers of TE/local CUDA graphs on this rank (TE ``make_graphed_callables``): every captured
+    (module, microbatch) graph keeps its static inputs and outputs, and the backward graph their gradients
+    (``cuda_graph_static_io_factor`` = 2: forward I/O + gradient I/O). Inputs are the BF16 hidden states of the
+    sequence shard; outputs are hidden states, or the FP32 router probabilities/map for router-only scopes."""
     f = job.features
-    if f.cuda_graph_impl == "none" or not f.cuda_graph_scope or "full_iteration" in f.cuda_graph_scope:
+    scope = graph_scope(job)
+    if not scope or "full_iteration" in scope:
         return 0.0
     m = job.model
-    per_module = act.layer_input_bytes(m, cfg) * const("cuda_graph_static_io_factor")
-    n = 0
+    hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
+    router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
+    per_mb = 0.0
     for i in rank.layers:
         mx, ml = m.mixer_pattern[i], m.mlp_pattern[i]
-        if ("attn" in f.cuda_graph_scope and mx in "AW") or ("mamba" in f.cuda_graph_scope and mx in "MG"):
-            n += 1
-        if ("mlp" in f.cuda_graph_scope and ml == "D") or (ml == "E" and {"moe", "moe_router", "moe_preprocess"}
-                                                           & set(f.cuda_graph_scope)):
-            n += 1
-    return per_module * n * max(1, inflight_total)
+        if ("attn" in scope and mx in "AW") or ("mamba" in scope and mx in "MG"):
+            per_mb += 2 * hid
+        if "mlp" in scope and ml == "D":
+            per_mb += 2 * hid
+        if ml == "E":
+            if "moe" in scope:
+                per_mb += 2 * hid
+            elif {"moe_router", "moe_preprocess"} & scope:
+                per_mb += hid + router_out
+    return const("cuda_graph_static_io_factor") * per_mb * max(1, inflight_total) if f.cuda_graph_impl else 0.0
 
 
 # --------------------------------------------------------------------------------------------------------------
