@@ -248,7 +248,38 @@ def main(argv: list[str] | None = None) -> int:
     _summary("goldens", ge, gb)
     _summary("calibration csv", ce, cb)
     _summary("all rows", ge + ce, gb + cb)
+    _speed([r["job"] for r in g + c if r.get("job") is not None])
     return 0
+
+
+def _speed(jobs: list) -> None:
+    """Time per estimate_memory call (the planner calls it for thousands of candidates; target < 1 ms). Layout
+    variants are generated so that per-layout caches are exercised, not only per-job repeats."""
+    import time
+
+    variants = []
+    for j in jobs:
+        for ep in (1, 2):
+            lay = j.layout.model_copy(update={"ep": j.layout.ep * ep}) if j.model.is_moe else j.layout
+            variants.append(j.with_(layout=lay, gpus=j.gpus * ep))
+    ok = []
+    t0 = time.perf_counter()
+    for j in variants:
+        try:
+            estimate_memory(j)
+            ok.append(j)
+        except MoetuneError:
+            continue
+    cold = (time.perf_counter() - t0) / max(len(variants), 1)
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(5):
+        for j in ok:
+            estimate_memory(j)
+            n += 1
+    dt = (time.perf_counter() - t0) / max(n, 1)
+    print(f"speed: {dt * 1e3:.3f} ms per estimate_memory call with warm caches ({n} calls over {len(ok)} jobs); "
+          f"{cold * 1e3:.3f} ms on first sight of a job (cold per-layout caches)")
 
 
 if __name__ == "__main__":

@@ -181,9 +181,14 @@ def _vocab_params_per_rank(model: ModelArch, tp: int) -> float:
     return model.padded_vocab_size(tp) * per_row / tp
 
 
-def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, list[float]]:
+def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, tuple[float, ...]]:
     """(dense, expert, fp8-linear, per-chunk total) params on one PP rank."""
-    m, lay = job.model, job.layout
+    return _rank_params_cached(job.model, job.layout, rank.pp_rank)
+
+
+@lru_cache(maxsize=16384)
+def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, float, tuple[float, ...]]:
+    rank = _stages(m, lay)[pp_rank]
     tp, ep, etp = lay.tp, lay.ep, lay.expert_tp
     dense = expert = lin = 0.0
     per_chunk: list[float] = []
@@ -210,7 +215,7 @@ def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, lis
                 has_emb_anywhere = True
         dense, expert = dense + cd, expert + ce
         per_chunk.append(cd + ce)
-    return dense, expert, lin, per_chunk
+    return dense, expert, lin, tuple(per_chunk)
 
 
 def _model_state(job: Job, dense: float, expert: float, lin: float, largest_layer: float) -> dict[str, float]:
@@ -316,16 +321,33 @@ def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ..
 
 def graph_scope(job: Job) -> frozenset[str]:
     """CUDA-graph scope in effect (MCore: an empty ``cuda_graph_scope`` with graphs on captures whole layers)."""
-    f = job.features
+    return _graph_scope(job.features)
+
+
+def _graph_scope(f) -> frozenset[str]:
     if f.cuda_graph_impl == "none":
         return frozenset()
     return frozenset(f.cuda_graph_scope) or frozenset({"attn", "mlp", "moe", "mamba"})
 
 
-def _chunk_activation(job: Job, cfg: act.ActConfig, ch, vocab_padded: int) -> tuple[float, float, float, float]:
+@lru_cache(maxsize=8192)
+def _rank_activation_table(m: ModelArch, lay, f, cfg: act.ActConfig, vocab_padded: int, pp_rank: int
+                           ) -> tuple[tuple[float, ...], tuple[float, ...], float, float]:
+    """Per chunk of one PP rank: (saved bytes/microbatch outside graphs, inside graphs), max transient, max offload
+    residency. Independent of GBS / world size, so the planner reuses it across batch shapes."""
+    saved, graphed, trans, resident = [], [], 0.0, 0.0
+    for ch in _stages(m, lay)[pp_rank].chunks:
+        s, g, t, r = _chunk_activation(m, f, cfg, ch, vocab_padded)
+        saved.append(s - g)
+        graphed.append(g)
+        trans, resident = max(trans, t), max(resident, r)
+    return tuple(saved), tuple(graphed), trans, resident
+
+
+def _chunk_activation(m: ModelArch, f, cfg: act.ActConfig, ch, vocab_padded: int
+                      ) -> tuple[float, float, float, float]:
     """(saved bytes per microbatch, of which inside CUDA graphs, transient bytes, offload-resident bytes)."""
-    m, f = job.model, job.features
-    scope = graph_scope(job)
+    scope = _graph_scope(f)
     graphed = 0.0
     layers = [(m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers]
     mtp_layers = mtp_block_layers(m) * ch.mtp_layers if ch.mtp_layers else []
@@ -423,13 +445,8 @@ def estimate_memory(job: Job) -> MemoryEstimate:
     for rank in stages:
         dense, expert, lin, per_chunk_params = _rank_params(job, rank)
         comps = _model_state(job, dense, expert, lin, largest_layer)
-        chunk_saved, chunk_graphed, chunk_trans, resident = [], [], 0.0, 0.0
-        for ch in rank.chunks:
-            s, g, t, r = _chunk_activation(job, cfg, ch, vocab_padded)
-            chunk_saved.append(s - g)
-            chunk_graphed.append(g)
-            chunk_trans = max(chunk_trans, t)
-            resident = max(resident, r)
+        chunk_saved, chunk_graphed, chunk_trans, resident = _rank_activation_table(
+            m, lay, f, cfg, vocab_padded, rank.pp_rank)
         best, best_state, best_graphed = -1.0, (1,) * vpp, 0.0
         for state in inflight_states(lay.pp, vpp, nmb, rank.pp_rank):
             tot = sum(c * a for c, a in zip(state, chunk_saved, strict=True))
@@ -514,7 +531,9 @@ def explain_memory(job: Job, est: MemoryEstimate | None = None) -> list[Suggesti
     f = job.features
     out: list[Suggestion] = []
     frag = base.components.get("fragmentation", 0.0)
-    if not f.expandable_segments and frag > 0:
+    gap_matters = frag >= const("explain_min_fragmentation_gib") or (
+        not est.fits and base.device_gib - frag <= est.capacity_gib - est.headroom_gib)
+    if not f.expandable_segments and gap_matters:
         new = estimate_memory(job.with_(features=f.model_copy(update={"expandable_segments": True})))
         out.append(Suggestion("expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
                               base.device_gib - new.stages[b].device_gib, "free (not with --use-nccl-ub)"))
