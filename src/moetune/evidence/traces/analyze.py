@@ -127,9 +127,11 @@ def _windows(
         used = [i for i in range(n_use) if has[i]]
         w0, w1, wn = [], [], []
         for pos, i in enumerate(used):
-            end = first_start[used[pos + 1]] if pos + 1 < len(used) else last_end[i]
-            if pos + 1 == len(used):
-                end = max(end, int(tr.gpu_end[sel].max()))
+            if pos + 1 < len(used):
+                end = first_start[used[pos + 1]]
+            else:  # the last analysed step runs until the (left-out) next step starts, or its last op ends
+                later = [first_start[j] for j in range(i + 1, st.size) if has[j]]
+                end = max(later[0] if later else last_end[i], int(tr.gpu_end[sel].max()))
             if end > first_start[i]:
                 w0.append(first_start[i])
                 w1.append(end)

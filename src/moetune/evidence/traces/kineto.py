@@ -103,7 +103,7 @@ def _error_offset(msg: str, rd: _CountingReader) -> int:
     at = window.rfind(snippet.encode("utf-8", "replace"))
     if at < 0:
         return rd.pos
-    return rd.tail_base + at + (col - lead)
+    return max(rd.tail_base + at + (col - lead) - 1, 0)  # yajl points just past the offending byte
 
 
 def _fail(path: Path, what: str, offset: int, compressed: bool) -> InputError:
