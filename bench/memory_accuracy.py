@@ -170,6 +170,9 @@ def csv_rows(data: Path) -> list[dict]:
                                                             else ("last_rank" if "world_size-1" in metric else "peak"))
             row = {"source": "csv", "case": r["model"][:70], "platform": r["gpu_type"], "measured": float(
                 r["peak_mem_gb"]), "kind": kind}
+            mres = re.search(r"reserved ([\d.]+) GiB", metric)
+            if mres:
+                row["measured_reserved"] = float(mres.group(1))
             try:
                 job, note, _ = _row_job(r, data, golden_cfgs)
             except MoetuneError as e:
@@ -192,6 +195,7 @@ def evaluate(rows: list[dict]) -> None:
         row["pred"] = est.last_stage_peak_allocated_gib if row["kind"] in ("last_rank", "peak") and \
             row["source"] == "golden" or row["kind"] == "last_rank" else est.peak_allocated_gib
         row["bridge"] = bridge_theoretical_memory(job).total_gib
+        row["pred_reserved"] = est.stages[est.binding_stage].reserved_gib
 
 
 def _fmt(x: float | None, spec: str = "7.2f") -> str:
@@ -248,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     _summary("goldens", ge, gb)
     _summary("calibration csv", ce, cb)
     _summary("all rows", ge + ce, gb + cb)
+    res = [r for r in c if "measured_reserved" in r and "pred" in r]
+    if res:
+        print("\nreserved (allocator) where the source gives it:")
+        for r in res:
+            e = (r["pred_reserved"] - r["measured_reserved"]) / r["measured_reserved"]
+            print(f"  {r['case'][:60]:60s} {r['platform']:6s} measured {r['measured_reserved']:7.2f}  "
+                  f"moetune {r['pred_reserved']:7.2f}  {e:+.1%}")
     _speed([r["job"] for r in g + c if r.get("job") is not None])
     return 0
 

@@ -145,3 +145,11 @@ def test_more_recompute_never_raises_activations(a, b, unfused, mlp):
     small = cfg(recompute=frozenset(a), unfused_attention=unfused)
     big = cfg(recompute=frozenset(a | b), unfused_attention=unfused)
     assert act.layer_bytes(model, "A", mlp, big) <= act.layer_bytes(model, "A", mlp, small)
+
+
+def test_allgather_dispatcher_gathers_whole_group_transiently():
+    a2a = act.layer_transient_bytes(_moe(), "A", "E", cfg(ep=64))
+    ag = act.layer_transient_bytes(_moe(), "A", "E", cfg(ep=64, allgather_dispatcher=True))
+    t = S * B
+    assert ag == pytest.approx(t * 64 * (2 * H + 5 * 8))
+    assert ag > a2a

@@ -98,6 +98,8 @@ class ActConfig:
     routing_factor: float  #: ρ: hottest expert rank load / mean (>= 1)
     recompute: frozenset[str] = frozenset()
     offload: frozenset[str] = frozenset()
+    ep: int = 1
+    allgather_dispatcher: bool = False
 
     @property
     def tokens(self) -> float:
@@ -266,7 +268,14 @@ def layer_transient_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig
     comps = dict(layer_components(model, mixer, mlp, plain))
     if not comps:
         return 0.0
-    return const("backward_transient_factor") * max(comps.values())
+    out = const("backward_transient_factor") * max(comps.values())
+    if mlp == "E" and cfg.allgather_dispatcher:
+        # MoEAllGatherTokenDispatcher gathers hidden states (BF16) and routing probs/map (FP32 + bool) of the whole
+        # ETP x EP group before selecting the local experts' tokens (token_dispatcher.py)
+        gathered = cfg.tokens_sp * cfg.ep * cfg.etp
+        out = max(out, gathered * (const("dtype_bytes")["bf16"] * (model.moe_latent_size or model.hidden_size)
+                                   + (const("dtype_bytes")["fp32"] + 1) * (model.num_moe_experts or 0)))
+    return out
 
 
 @lru_cache(maxsize=4096)
