@@ -197,3 +197,19 @@ def test_explain_workflow_order():
     # offloading comes last, layout before offloading, recompute before layout
     rank = {"expandable_segments": 0, "recompute": 1, "layout": 2, "offload": 3}
     assert [rank[a] for a in order] == sorted(rank[a] for a in order)
+
+
+def test_bridge_baseline_by_hand():
+    """bridge_perf_notes.md §4 on a tiny dense model at PP=1, TP=1, DDP: 18 B/param + Korthikanti 34-ish terms."""
+    from moetune.perfmodel.bridge_baseline import bridge_theoretical_memory
+
+    h, L, f, V = 64, 2, 256, 1024
+    m = ModelArch(name="t", num_layers=L, hidden_size=h, ffn_hidden_size=f, num_attention_heads=4, vocab_size=V,
+                  gated_linear_unit=False, activation="gelu", mixer_pattern="AA", mlp_pattern="DD")
+    j = job(m, gpus=1, gbs=1, mbs=1, seq=128, features=Features(use_distributed_optimizer=False))
+    est = bridge_theoretical_memory(j)
+    p = L * (2 * h * h * 2 + 4 * h + 2 * h * f) + 2 * h + 2 * h * V  # attention, LN, MLP; final LN; untied emb
+    assert est.weight_and_optimizer_gib * GIB == pytest.approx(18 * p)
+    s = 128
+    a = s * h * (18 + 4 * f / h) * L + 8 * s + s * h + 4 * s * h * (1 + V / h)
+    assert est.activation_gib * GIB == pytest.approx(a)
