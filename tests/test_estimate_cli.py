@@ -87,6 +87,12 @@ def test_bridge_yaml_with_override():
     (("--model", "Qwen3-30B-A3B", "--gpus", "16", "--gbs", "64", "--seq", "4096", "--ep", "3"), ("EP",)),
     (("--megatron-args", "--num-layers 4 --hidden-size 512 --bogus-flag 3", "--gpus", "8"), ("bogus-flag",)),
     (("--megatron-args", "--num-layers 4 --hidden-size abc", "--gpus", "8"), ("hidden-size",)),
+    (("--megatron-args", "--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 "
+      "--global-batch-size 8 --recompute-activations --recompute-granularity full", "--gpus", "8"),
+     ("contradicts",)),
+    (("--megatron-args", "/nonexistent/args.yaml", "--gpus", "8"), ("/nonexistent/args.yaml",)),
+    (("--bridge-config", str(FIXTURES / "memory_bridge_small.yaml"), "--gpus", "8",
+      "model.tensor_model_parallel_size=abc"), ("tensor_model_parallel_size",)),
 ])
 def test_bad_input_one_line_exit_2(args, needles):
     _one_line_error(run_cli("estimate", *args), *needles)

@@ -141,7 +141,41 @@ def job_from_files(*, megatron_args: str | None, bridge_config: str | None, over
 
         cfg = read_bridge_config(bridge_config, overrides)
     _positive("--gpus", gpus)
-    return with_memory_fields(job_from_config(cfg, system=system, gpus=gpus, model=model), cfg)
+    _check_integer_fields(cfg)
+    try:
+        job = job_from_config(cfg, system=system, gpus=gpus, model=model)
+    except (ValueError, TypeError) as e:  # a reader that did not name the field: still one line, exit 2
+        raise InputError(f"{megatron_args or bridge_config}: invalid value ({str(e).splitlines()[0]})") from None
+    return with_memory_fields(job, cfg)
+
+
+#: integer fields the memory estimate needs (section -> fields); checked before building the Job so that a bad
+#: override such as ``model.tensor_model_parallel_size=abc`` is reported by name
+_INT_FIELDS = {
+    "model": ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+              "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "num_layers",
+              "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+              "seq_length", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "mtp_num_layers",
+              "recompute_num_layers"),
+    "train": ("micro_batch_size", "global_batch_size"),
+}
+
+
+def _check_integer_fields(cfg: dict) -> None:
+    for section, fields in _INT_FIELDS.items():
+        sec = cfg.get(section) or {}
+        if not isinstance(sec, dict):
+            continue
+        for name in fields:
+            v = sec.get(name)
+            if v is None or isinstance(v, bool):
+                continue
+            if isinstance(v, int):
+                continue
+            try:
+                int(str(v))
+            except ValueError:
+                raise InputError.bad_value(f"{section}.{name}", v, "an integer") from None
 
 
 #: Features fields the memory model reads that the config reader may not map yet (field -> model.* key)
