@@ -21,7 +21,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from conftest import DATA  # noqa: E402
-
 from moetune.evidence.traces.analyze import analyze_paths  # noqa: E402
 
 TRACES = DATA / "traces"

@@ -6,11 +6,11 @@ import json
 import os
 
 import pytest
-from conftest import DATA, run_cli
-from trace_synth import KinetoBuilder
 
+from conftest import DATA, run_cli
 from moetune.evidence.traces.analyze import analyze_paths
 from moetune.evidence.traces.diff import diff_reports
+from trace_synth import KinetoBuilder
 
 TRACES = DATA / "traces"
 US = 1e-6

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA
 
+from conftest import DATA
 from moetune.evidence.traces.analyze import analyze_paths, analyze_traces
 from moetune.evidence.traces.kineto import read_kineto
 

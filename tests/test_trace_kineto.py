@@ -5,8 +5,8 @@ from __future__ import annotations
 import gzip
 
 import pytest
-from conftest import DATA, run_cli
 
+from conftest import DATA, run_cli
 from moetune.errors import InputError
 from moetune.evidence.traces.analyze import analyze_paths
 from moetune.evidence.traces.kineto import read_kineto
