@@ -135,7 +135,7 @@ def main(data: Path) -> None:
         else:
             models[model] = {"arch": {}, "arch_source": None}
         for r in block["current_flat_perf_recipes_HEAD"]:
-            s = r["summary"]
+
             cfg: dict = {
                 "model": _section(r.get("all_model_keys_set")),
                 "comm_overlap": _section(r.get("comm_overlap")) if r.get("comm_overlap") is not None else None,

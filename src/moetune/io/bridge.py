@@ -51,7 +51,10 @@ def clean_node(node: Any) -> Any:
     if isinstance(node, dict):
         if "_target_" in node and (node.get("_call_") is False or set(node) <= {"_target_", "_call_", "_partial_"}):
             return _dtype_name(str(node["_target_"]))
-        return {k: clean_node(v) for k, v in node.items() if k not in ("_target_", "_call_", "_partial_", "_args_")}
+        out = {k: clean_node(v) for k, v in node.items() if k not in ("_target_", "_call_", "_partial_", "_args_")}
+        if "_target_" in node:
+            out["_class"] = str(node["_target_"]).split(".")[-1]  # dataclass name (e.g. GPTSFTDatasetConfig)
+        return out
     if isinstance(node, list):
         return [clean_node(v) for v in node]
     if isinstance(node, str) and node.startswith("torch.") and node[6:].replace("_", "").isalnum():

@@ -95,7 +95,9 @@ rule("MOE-014", A, E, "C", ["model.activation_func_clamp_value", "model.num_moe_
               math.isfinite(c.m("activation_func_clamp_value")) and c.m("activation_func_clamp_value") > 0)
          or (c.num_experts is None and c.arch_known) or bool(c.m("use_te_activation_func"))),
      "clamped SwiGLU needs a positive finite clamp, MoE experts and no TE activation function", "TC L2230-2254",
-     fix={"model.use_te_activation_func": False})
+     fix=lambda c: {"model.use_te_activation_func": False} if (
+         isinstance(c.m("activation_func_clamp_value"), (int, float)) and c.m("activation_func_clamp_value") > 0
+         and c.num_experts is not None) else {"model.activation_func_clamp_value": None})
 # router ---------------------------------------------------------------------------------------------------------
 rule("MOE-020", A, E, "C", ["model.moe_router_topk", "model.moe_router_score_function", "model.moe_router_pre_softmax",
                             "model.moe_router_load_balancing_type"],
@@ -244,9 +246,10 @@ rule("MOE-056", A, RT, "B", ["model.moe_flex_dispatcher_backend", "model.expert_
      lambda c: c.flex_backend in ("deepep", "ncclep") and c.etp * c.ep == 1,
      "DeepEP / NCCL-EP dispatchers need ETP*EP > 1", "moe/token_dispatcher.py MoEFlexTokenDispatcher.__init__",
      fix={"model.moe_token_dispatcher_type": "alltoall"})
-rule("MOE-057", A, ENV, "B", ["model.moe_flex_dispatcher_backend", "env.deepep"],
+rule("MOE-057", A, ENV, "B", ["model.moe_flex_dispatcher_backend"],
      lambda c: c.flex_backend in ("deepep", "hybridep", "ncclep") and c.pkg_missing(c.flex_backend),
-     "the flex dispatcher backend's package (DeepEP / DeepEP hybrid-ep / TE with NCCL EP) must be installed",
+     "the flex dispatcher backend's package (DeepEP / DeepEP hybrid-ep / TE with NCCL EP) must be installed "
+     "(--env MOETUNE_HAS_<BACKEND>=1 declares it present)",
      "moe/token_dispatcher.py managers", fix={"model.moe_token_dispatcher_type": "alltoall"},
      env=("installed DeepEP/HybridEP",))
 rule("MOE-058", A, ENV, "C", ["model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend", "env.gpu"],

@@ -171,7 +171,7 @@ rule("PAR-014", A, E, "C", ["model.seq_length", "model.context_parallel_size"],
      "sequence length must be divisible by 2*context_parallel_size", "B/cfg validate L1575",
      fix=lambda c: {"model.context_parallel_size": max(d for d in divisors(c.m("seq_length") // 2) if d <= c.cp)})
 rule("PAR-015", A, E, "C", ["model.context_parallel_size", "model.calculate_per_token_loss", "ddp.average_in_collective"],
-     lambda c: c.cp > 1 and str(c.get("dataset.type") or c.get("dataset._type") or "").endswith(
+     lambda c: c.cp > 1 and str(c.get("dataset._class") or "").endswith(
          ("GPTSFTDatasetConfig", "DirectHFSFTDatasetConfig", "EnergonDatasetConfig", "MockVLMSFTDatasetConfig"))
      and (not c.m("calculate_per_token_loss") or bool(c.get("ddp.average_in_collective"))),
      "finetuning with CP>1 needs calculate_per_token_loss=True and ddp.average_in_collective=False",

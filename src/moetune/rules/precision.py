@@ -110,7 +110,8 @@ rule("PRC-010", A, E, "C", ["model.first_last_layers_bf16", "model.num_layers_at
 rule("PRC-011", A, E, "C", ["model.fp8_param", "model.fp8", "model.fp4_param", "model.fp4"],
      lambda c: (bool(c.m("fp8_param")) and c.fp8 is None) or (bool(c.m("fp4_param")) and c.fp4 is None),
      "fp8_param/fp4_param need fp8/fp4 enabled", "TC L1472, L1484",
-     fix=lambda c: {**prec(c, "fp8_param_gather" if c.bridge and isinstance(c.raw.get("mixed_precision"), dict)
+     fix=lambda c: {**prec(c, "fp8_param", False),
+                    **prec(c, "fp8_param_gather" if c.bridge and isinstance(c.raw.get("mixed_precision"), dict)
                            else "fp8_param", False),
                     **({"ddp.fp8_param_gather": False} if not (c.bridge and isinstance(c.raw.get("mixed_precision"),
                                                                                         dict)) else {}),
@@ -151,7 +152,8 @@ def _pao_bad(c: Ctx) -> bool:
 rule("PRC-017", A, E, "C", ["optimizer.use_precision_aware_optimizer", "optimizer.optimizer",
                             "optimizer.use_distributed_optimizer"], _pao_bad,
      "the precision-aware optimizer needs Adam and the distributed optimizer", "optimizer_config.py __post_init__",
-     fix={"optimizer.use_distributed_optimizer": True, "ddp.use_distributed_optimizer": True})
+     fix=lambda c: {"optimizer.use_distributed_optimizer": True, "ddp.use_distributed_optimizer": True,
+                    **({"optimizer.optimizer": "adam"} if c.get("optimizer.optimizer", "adam") != "adam" else {})})
 rule("PRC-018", A, E, "C", ["optimizer.use_precision_aware_optimizer", "optimizer.main_grads_dtype",
                             "optimizer.main_params_dtype", "optimizer.exp_avg_dtype", "optimizer.exp_avg_sq_dtype"],
      lambda c: not c.get("optimizer.use_precision_aware_optimizer") and any(
