@@ -213,3 +213,15 @@ def test_bridge_baseline_by_hand():
     s = 128
     a = s * h * (18 + 4 * f / h) * L + 8 * s + s * h + 4 * s * h * (1 + V / h)
     assert est.activation_gib * GIB == pytest.approx(a)
+
+
+def test_communicators_follow_the_layout():
+    from moetune.perfmodel.runtime_tail import communicators
+
+    j = job(get_model("Qwen3-30B-A3B"), gpus=64, layout=Layout(tp=2, pp=2, cp=2, ep=8, etp=1), gbs=64)
+    c = communicators(j)
+    assert c["tp"] == 2 and c["pp"] == 2 and c["cp"] == 2 and c["ep"] == 8
+    assert c["dp_cp"] == 64 // (2 * 2 * 2) * 2 and c["edp"] == 64 // (8 * 2) and c["dp"] == 8
+    assert "etp" not in c  # size-1 groups create no communicator
+    single = communicators(job(_gpt7b(), gpus=1, gbs=1))
+    assert single == {}
