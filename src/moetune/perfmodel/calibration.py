@@ -401,6 +401,11 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
         notes.append("no Bridge perf recipe for this model/system/precision: library defaults")
     if not model.is_moe:
         update["overlap_moe_expert_parallel_comm"] = False
+        if rjob is None and tp > 1:
+            # Bridge's dense Llama perf recipes run TP comm overlap (userbuffers configs
+            # ``userbuffers_*_tp{4,8}_*`` in megatron/bridge/training/comm_overlap.py)
+            update["tp_comm_overlap"] = True
+            notes.append("dense perf recipe not in the catalog: TP comm overlap on as Bridge's Llama perf recipes")
     if ep <= 1:
         update["overlap_moe_expert_parallel_comm"] = False
     if not (update.get("sequence_parallel") and tp > 1):

@@ -39,10 +39,13 @@ def host_cpu_family(host_cpu: str) -> str:
 
 
 def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes: frozenset[str], graphs_on: bool,
-                   dropless: bool, ep: int, kernels: dict[str, float]) -> LayerLaunches:
-    """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes."""
+                   dropless: bool, ep: int, kernels: dict[str, float], shared: bool = False) -> LayerLaunches:
+    """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes.
+
+    ``quant_gemms`` > 0 adds the FP8/FP4 cast kernels of each quantised GEMM input; ``shared`` adds the shared
+    expert's kernels to a MoE layer."""
     full = graphs_on and "full_iteration" in scopes
-    cast = kernels.get("fp8_casts_per_gemm", 0.0)
+    cast = kernels.get("fp8_casts_per_gemm", 0.0) if quant_gemms > 0 else 0.0
     eager = 0.0
     graphs = 0.0
     syncs = 0.0
@@ -72,6 +75,8 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
              moe_scope or ("moe_preprocess" if "moe_router" in scopes else None))
         part("dispatch", kernels["moe_dispatch"], moe_scope)
         part("experts", kernels["moe_experts"] + cast * 2, moe_scope)
+        if shared:
+            part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):
             syncs = 1.0
     return LayerLaunches(eager, graphs, syncs)

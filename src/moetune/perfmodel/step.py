@@ -16,6 +16,7 @@ docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,9 +231,10 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
         elif kind == "experts":
             m_exp = t_gpu * k_top * ep * etp / E
             groups = max(E / ep, 1.0)
-            n_exp = f / (2 * h * k_top) / etp
-            wl.gemm(t_gpu * f, m_exp, n_exp, h, groups=groups, quant=quant, tag="experts", layer=i)
-            cast_elems += k_top * (h + (model.moe_ffn_hidden_size or h)) / etp
+            d_in = float(model.moe_latent_size or h)  # latent MoE runs its experts at the latent width
+            n_exp = f / (2 * d_in * k_top) / etp
+            wl.gemm(t_gpu * f, m_exp, n_exp, d_in, groups=groups, quant=quant, tag="experts", layer=i)
+            cast_elems += k_top * (d_in + (model.moe_ffn_hidden_size or h)) / etp
             n_quant += 2
         elif kind == "shared":
             wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="shared", layer=i)
@@ -282,14 +284,16 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
         cp_b = C.cp_bytes_per_layer(t_a, kv_w, cp, feat.cp_comm_type)
     intra = inter = 0.0
     if mlp == "E":
-        intra, inter = C.a2a_bytes(t_gpu, h, k_top, ep, etp, job.system.nvlink_domain,
+        # latent MoE (Nemotron-3 Super) dispatches the latent projection, not the hidden state
+        intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, job.system.nvlink_domain,
                                    feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
     scopes = frozenset(feat.cuda_graph_scope)
     graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
     dropless = feat.moe_expert_capacity_factor is None
     launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention, quant_gemms=n_quant if quant else 0,
                                 scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
-                                kernels=consts["kernels_per_layer"])
+                                kernels=consts["kernels_per_layer"],
+                                shared=bool(model.moe_shared_expert_intermediate_size))
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
 
 
@@ -330,13 +334,18 @@ def _stages(job: Job, notes: list[str]) -> tuple[list[list[int]], list[bool], li
         pp, v = job.layout.pp, job.layout.vpp_size
         n_st = pp * v
         nl = job.model.num_layers
-        bounds = [round(k * nl / n_st) for k in range(n_st + 1)]
+        n_mtp = job.model.mtp_num_layers
+        units = nl + n_mtp  # an MTP layer costs about one decoder layer (docs/domain.md §2.2)
+        bounds = [round(k * units / n_st) for k in range(n_st + 1)]
         ids: list[list[int]] = [[] for _ in range(pp)]
-        for k in range(n_st):
-            ids[k % pp].extend(range(bounds[k], bounds[k + 1]))
-        notes.append(f"pipeline split: {str(exc)[:90]} -> layers spread evenly over {n_st} stages")
         mtp = [0] * pp
-        mtp[-1] = job.model.mtp_num_layers
+        for k in range(n_st):
+            for u in range(bounds[k], bounds[k + 1]):
+                if u < nl:
+                    ids[k % pp].append(u)
+                else:
+                    mtp[k % pp] += 1
+        notes.append(f"pipeline split: {str(exc)[:90]} -> decoder and MTP layers spread evenly over {n_st} stages")
         return ids, [p == 0 for p in range(pp)], [p == pp - 1 for p in range(pp)], mtp, v
     v = len(ranks[0].chunks) if ranks else 1
     return ([list(r.layers) for r in ranks], [r.embedding for r in ranks], [r.loss for r in ranks],
@@ -480,15 +489,20 @@ def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float
 def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
     gpu = job.system.gpu
     arch = gpu.arch if gpu.arch != "ampere" else "hopper"
+    # Blackwell Ultra (B300/GB300) doubles the SFU exponential rate that bounds softmax in attention
+    attn_cls = "blackwell_ultra" if (arch == "blackwell" and "B300" in gpu.name.upper()) else arch
     peak_b = gpu.peak_tflops["bf16"]
     pk = K.peak_key(pcls)
     peak_q = gpu.peak_tflops.get(pk, gpu.peak_tflops.get("fp8", peak_b)) if pcls != "bf16" else peak_b
     eff_b = eff.get(f"gemm_eff.{arch}.bf16", 0.7)
     eff_q = eff.get(f"gemm_eff.{arch}.{pcls}", eff.get(f"gemm_eff.{arch}.fp8", eff_b)) if pcls != "bf16" else eff_b
+    if attn_cls == "blackwell_ultra":
+        scale = eff.get("clock_scale.blackwell_ultra", 1.0)
+        eff_b, eff_q = eff_b * scale, eff_q * scale
     cpu = H.host_cpu_family(job.system.host_cpu)
     return {
         "peak_b": peak_b, "peak_q": peak_q, "eff_b": eff_b, "eff_q": eff_q, "knee": eff["gemm_knee"],
-        "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "attn_eff": eff.get(f"attn_eff.{arch}", 0.45),
+        "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "attn_eff": eff.get(f"attn_eff.{attn_cls}", eff.get(f"attn_eff.{arch}", 0.45)),
         "nv": job.system.nvlink_bw_gbs * eff["nvlink_eff"], "nic": job.system.scaleout_bw_gbs * eff["scaleout_eff"],
         "launch_us": eff.get(f"launch_us.{cpu}", 6.0), "qb": qb, "ep_eff": eff["ep_overlap_eff"],
     }
@@ -635,11 +649,33 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: d
 
 
 def _resolve_eff(efficiency: Efficiency | str | Path | None) -> Efficiency:
+    """An Efficiency object, a file written by ``moetune calibrate``, or None: ``$MOETUNE_EFFICIENCY`` if set,
+    else the shipped catalog values."""
     if efficiency is None:
+        env = os.environ.get("MOETUNE_EFFICIENCY")
+        if env:
+            return _load_cached(env)
         return default_efficiency()
+    if isinstance(efficiency, str | Path):
+        return _load_cached(str(efficiency))
     if isinstance(efficiency, Efficiency):
         return efficiency
     return load_efficiency(efficiency)
+
+
+_EFF_FILES: dict[str, tuple[float, Efficiency]] = {}
+
+
+def _load_cached(path: str) -> Efficiency:
+    try:
+        mtime = Path(path).stat().st_mtime
+    except OSError:
+        return load_efficiency(path)  # raises the one-line InputError
+    hit = _EFF_FILES.get(path)
+    if hit is None or hit[0] != mtime:
+        hit = (mtime, load_efficiency(path))
+        _EFF_FILES[path] = hit
+    return hit[1]
 
 
 def predict_tflops(prof: Profile, eff: Efficiency) -> float:

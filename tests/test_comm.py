@@ -1,0 +1,61 @@
+"""Collectives on the topology: domains, ring time, EP dispatch bytes by dispatcher."""
+
+from __future__ import annotations
+
+import pytest
+
+from moetune.perfmodel import comm as C
+
+
+def test_domains_spanned():
+    assert C.domains_spanned(8, 1, 8) == (1, 8)
+    assert C.domains_spanned(16, 1, 8) == (2, 8)
+    assert C.domains_spanned(4, 4, 8) == (2, 2)  # stride 4: 2 ranks per 8-GPU domain
+    assert C.domains_spanned(64, 1, 72) == (1, 64)
+
+
+def test_bus_bandwidth_uses_nics_across_domains():
+    assert C.bus_bandwidth(8, 1, 8, 400.0, 40.0) == 400.0
+    assert C.bus_bandwidth(16, 1, 8, 400.0, 40.0) == 320.0  # 8 NICs of the domain carry the ring
+    assert C.bus_bandwidth(32, 8, 8, 400.0, 40.0) == 40.0  # one member per domain
+
+
+def test_ring_seconds():
+    assert C.ring_seconds(1e9, 1, 100) == 0.0
+    assert C.ring_seconds(8e9, 8, 100) == pytest.approx(8e9 * 7 / 8 / 100e9)
+
+
+def test_a2a_inside_one_domain_never_touches_the_nic():
+    intra, inter = C.a2a_bytes(4096, 2048, 8, 8, 1, 8, "alltoall", None)
+    assert inter == 0.0
+    assert intra == pytest.approx(4096 * 2048 * 2 * 8 * 7 / 8)
+
+
+def test_a2a_remote_share_and_deepep_dedup():
+    T, h, k = 4096, 7168, 8
+    _, inter_a2a = C.a2a_bytes(T, h, k, 64, 1, 8, "alltoall", None)
+    assert inter_a2a == pytest.approx(T * h * 2 * k * 56 / 64)  # 87.5 % leaves the node (domain.md §4.2)
+    _, inter_deepep = C.a2a_bytes(T, h, k, 64, 1, 8, "flex", "deepep")
+    assert inter_deepep < inter_a2a  # one copy per remote node
+    d = 8
+    assert inter_deepep == pytest.approx(T * h * 2 * (d - 1) * (1 - (1 - 1 / d) ** k))
+
+
+def test_allgather_dispatcher_and_no_ep():
+    intra, inter = C.a2a_bytes(1024, 1024, 2, 4, 1, 8, "allgather", None)
+    assert inter == 0 and intra == pytest.approx(1024 * 1024 * 2 * 4 * 3 / 4)
+    assert C.a2a_bytes(1024, 1024, 2, 1, 1, 8, "alltoall", None) == (0.0, 0.0)
+
+
+def test_a2a_seconds_is_the_slower_link():
+    assert C.a2a_seconds(100e9, 1e9, 100, 10) == pytest.approx(1.0)
+    assert C.a2a_seconds(1e9, 100e9, 100, 10) == pytest.approx(10.0)
+
+
+def test_tp_collectives_per_layer():
+    assert C.tp_collectives_per_layer("A", "D", 1, 1) == 0
+    assert C.tp_collectives_per_layer("A", "D", 1, 4) == 4
+    assert C.tp_collectives_per_layer("A", "E", 1, 4) == 2  # ETP1 MoE adds none
+    assert C.tp_collectives_per_layer("A", "E", 4, 4) == 4
+    assert C.cp_bytes_per_layer(1000, 256, 1, "p2p") == 0.0
+    assert C.cp_bytes_per_layer(1000, 256, 4, "p2p") == 3 * 1000 * 256 * 2

@@ -1,0 +1,63 @@
+"""Compute-time kernels: GEMM roofline with tile utilisation, attention and memory-bound kernels."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from moetune.perfmodel import compute as K
+
+KW = dict(peak_quant_tflops=1979.0, eff_quant=0.6, peak_bf16_tflops=989.0, eff_bf16=0.7, knee=128.0,
+          hbm_gbs=3350.0, hbm_eff=0.7, quant_bytes=1.0)
+
+
+def _t(m, n, k, groups=1.0, quant=False):
+    a = lambda x: np.array([float(x)])  # noqa: E731
+    flops = 2.0 * m * n * k * groups
+    return float(K.gemm_seconds(a(flops), a(m), a(n), a(k), a(groups), np.array([quant]), **KW)[0])
+
+
+def test_large_gemm_runs_near_the_fitted_fraction_of_peak():
+    m = n = k = 16384
+    t = _t(m, n, k)
+    achieved = 2.0 * m * n * k / t / 1e12
+    util = (m / (m + 128)) ** 3
+    assert abs(achieved - 989 * 0.7 * util) < 1e-6 * achieved
+
+
+def test_small_m_grouped_gemm_is_weight_bandwidth_bound():
+    # 64 experts with 16 tokens each: reading the weights dominates
+    t = _t(16, 4096, 4096, groups=64)
+    weight_bytes = 64 * 4096 * 4096 * 2
+    assert t >= weight_bytes / (3350e9 * 0.7)
+
+
+def test_fp8_speeds_only_quantised_gemms():
+    assert _t(8192, 8192, 8192, quant=True) < _t(8192, 8192, 8192, quant=False)
+
+
+@settings(max_examples=40, deadline=None)
+@given(m=st.integers(1, 1 << 15), n=st.integers(1, 1 << 15), k=st.integers(1, 1 << 15))
+def test_gemm_time_grows_with_every_dimension(m, n, k):
+    t = _t(m, n, k)
+    assert _t(2 * m, n, k) >= t and _t(m, 2 * n, k) >= t and _t(m, n, 2 * k) >= t
+
+
+def test_precision_classes():
+    assert K.precision_class("bf16", "blackwell") == "bf16"
+    assert K.precision_class("fp8_cs", "hopper") == "fp8"
+    assert K.precision_class("fp8_blockwise", "hopper") == "fp8"
+    assert K.precision_class("mxfp8", "blackwell") == "mxfp8"
+    assert K.precision_class("nvfp4", "blackwell") == "nvfp4"
+    assert K.precision_class("fp8_cs", "ampere") == "bf16"
+    assert K.peak_key("nvfp4") == "nvfp4" and K.peak_key("mxfp8") == "fp8"
+
+
+def test_memory_kernels_and_byte_counts():
+    assert K.norm_bytes(1000) == 4000
+    assert K.glu_bytes(100, True) > K.glu_bytes(100, False)
+    assert K.permute_bytes(1024, 8) == 2 * 9 * 1024 * 2
+    assert K.mamba_bytes(4096, 8, 128, 64, 64) > 0
+    t = K.memory_seconds(np.array([3350e9 * 0.7]), hbm_gbs=3350, hbm_eff=0.7)
+    assert abs(t[0] - 1.0) < 1e-12

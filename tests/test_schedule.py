@@ -1,0 +1,50 @@
+"""Pipeline schedule and overlap rules."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from moetune.perfmodel import host as H
+from moetune.perfmodel import schedule as S
+
+
+def test_pipeline_bubble_is_p_minus_1_over_v():
+    steady, bubble = S.pipeline_step([1.0, 2.0, 1.5, 1.0], m=16, pp=4, vpp=2)
+    assert steady == 32.0 and bubble == pytest.approx(3 / 2 * 2.0)
+    assert S.pipeline_step([1.0], m=8, pp=1, vpp=1) == (8.0, 0.0)
+
+
+@given(a2a=st.floats(0, 10), partner=st.floats(0, 10), m=st.integers(1, 256), eff=st.floats(0.1, 1.0))
+def test_ep_overlap_never_exposes_more_than_the_a2a(a2a, partner, m, eff):
+    off = S.ep_exposed(a2a, partner, m, overlap=False, eff=eff)
+    on = S.ep_exposed(a2a, partner, m, overlap=True, eff=eff)
+    assert off == a2a
+    assert 0.0 <= on <= off + 1e-12
+
+
+def test_tp_and_dp_overlap():
+    assert S.tp_exposed(1.0, 10.0, overlap=False, splits=4) == 1.0
+    assert S.tp_exposed(1.0, 10.0, overlap=True, splits=4) == 0.25
+    assert S.tp_exposed(1.0, 0.0, overlap=True, splits=4) == 1.0
+    assert S.dp_exposed(1.0, 5.0, 4, overlap=True) == 0.25
+    assert S.dp_exposed(1.0, 0.2, 4, overlap=True) == pytest.approx(0.8)
+    assert S.cp_exposed(1.0, 0.0, cp_comm_type="a2a") == 1.0
+
+
+def test_cuda_graph_scopes_remove_kernels():
+    kern = {"attn": 40, "mla_extra": 20, "mamba": 40, "mlp": 20, "moe_router": 25, "moe_preprocess": 25,
+            "moe_dispatch": 20, "moe_experts": 30, "shared_experts": 20, "fp8_casts_per_gemm": 3}
+    common = dict(mla=False, quant_gemms=0, dropless=True, ep=8, kernels=kern)
+    eager = H.layer_launches("A", "E", scopes=frozenset(), graphs_on=False, **common)
+    part = H.layer_launches("A", "E", scopes=frozenset({"attn", "moe_router", "moe_preprocess"}), graphs_on=True,
+                            **common)
+    full = H.layer_launches("A", "E", scopes=frozenset({"full_iteration"}), graphs_on=True, **common)
+    assert eager.eager_kernels == 40 + 25 + 25 + 20 + 30
+    assert part.eager_kernels == 20 + 30 and part.graph_launches == 6
+    assert full.eager_kernels == 0 and full.syncs == 0
+    assert eager.syncs == 1  # dropless dispatcher: token counts to the host
+    assert H.host_cpu_family("NVIDIA Grace (72 cores)") == "grace"
+    assert H.host_cpu_family("2x Intel Xeon Platinum 8480C") == "x86"
+    assert H.host_seconds(eager, launch_us=5.0, graph_launch_us=10.0) == pytest.approx(140 * 5e-6)

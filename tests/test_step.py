@@ -1,0 +1,140 @@
+"""Step-time model invariants: walls add up, bandwidth and batch monotonicity, feature directions."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.perfmodel.calibration import default_efficiency, precision_variants
+from moetune.perfmodel.step import WALL_ORDER, estimate_time, render_time
+from moetune.spec.features import Features, parse_precision
+from moetune.spec.job import Job
+from moetune.spec.layout import Layout
+
+
+def qwen_job(**feat) -> Job:
+    f = dict(precision="bf16", moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+             cuda_graph_impl="transformer_engine", cuda_graph_scope=("moe_router", "moe_preprocess"),
+             moe_router_force_load_balancing=True, sequence_parallel=False)
+    f.update(feat)
+    return Job(model=get_model("Qwen3-30B-A3B"), system=get_system("DGX-H100"), gpus=16, global_batch_size=1024,
+               micro_batch_size=1, seq_length=4096, layout=Layout(tp=1, pp=1, ep=16), features=Features(**f))
+
+
+def llama_job(tp=4, **feat) -> Job:
+    f = dict(precision="fp8_cs", tp_comm_overlap=True)
+    f.update(feat)
+    return Job(model=get_model("Llama-3-70B"), system=get_system("DGX-H100"), gpus=32, global_batch_size=32,
+               micro_batch_size=1, seq_length=4096, layout=Layout(tp=tp, pp=4, vpp=5), features=Features(**f))
+
+
+def dsv3_job(system="GB200-NVL72", gpus=256, gbs=4096) -> Job:
+    return Job(model=get_model("DeepSeek-V3"), system=get_system(system), gpus=gpus, global_batch_size=gbs,
+               micro_batch_size=1, seq_length=4096, layout=Layout(tp=1, pp=4, vpp=4, ep=64),
+               features=Features(precision="mxfp8", moe_token_dispatcher_type="flex",
+                                 moe_flex_dispatcher_backend="hybridep", moe_router_force_load_balancing=True))
+
+
+JOBS = [qwen_job, llama_job, dsv3_job]
+
+
+@pytest.mark.parametrize("make", JOBS)
+def test_walls_add_up_to_the_step(make):
+    est = estimate_time(make())
+    assert set(est.walls) == set(WALL_ORDER)
+    assert sum(w.seconds for w in est.walls.values()) == pytest.approx(est.step_time_s, rel=1e-9)
+    assert sum(w.share for w in est.walls.values()) == pytest.approx(1.0, rel=1e-9)
+    assert all(w.seconds >= 0 for w in est.walls.values())
+    assert est.dominant_wall == max(est.walls, key=lambda k: est.walls[k].seconds)
+    job = make()
+    assert est.tokens_per_s_per_gpu == pytest.approx(job.global_batch_size * job.seq_length /
+                                                     (est.step_time_s * job.gpus))
+    assert est.model_tflops_per_gpu == pytest.approx(est.tokens_per_s_per_gpu * est.flops_per_token / 1e12)
+    assert est.mfu["bf16"] == pytest.approx(est.model_tflops_per_gpu / job.system.gpu.peak_tflops["bf16"])
+    assert job.features.precision in est.mfu
+
+
+@settings(max_examples=15, deadline=None)
+@given(i=st.integers(0, len(JOBS) - 1), field=st.sampled_from(["nvlink_bw_gbs", "scaleout_bw_gbs", "hbm"]),
+       factor=st.floats(1.0, 8.0))
+def test_more_bandwidth_never_slows_a_job(i, field, factor):
+    job = JOBS[i]()
+    sysm = job.system
+    if field == "hbm":
+        faster = sysm.model_copy(update={"gpu": sysm.gpu.model_copy(update={"hbm_bw_gbs": sysm.gpu.hbm_bw_gbs * factor})})
+    else:
+        faster = sysm.model_copy(update={field: getattr(sysm, field) * factor})
+    assert estimate_time(job.with_(system=faster)).step_time_s <= estimate_time(job).step_time_s * (1 + 1e-9)
+
+
+@settings(max_examples=12, deadline=None)
+@given(i=st.integers(0, len(JOBS) - 1), mult=st.integers(1, 16))
+def test_larger_gbs_never_lowers_tokens_per_gpu(i, mult):
+    job = JOBS[i]()
+    big = job.with_(global_batch_size=job.global_batch_size * (mult + 1))
+    small = job.with_(global_batch_size=job.global_batch_size * mult)
+    assert estimate_time(big).tokens_per_s_per_gpu >= estimate_time(small).tokens_per_s_per_gpu * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("label,canon", [("BF16", ["bf16"]), ("FP8", ["fp8_cs"]), ("FP8-CS", ["fp8_cs"]),
+                                         ("FP8-MX", ["mxfp8"]), ("MXFP8", ["mxfp8"]), ("NVFP4", ["nvfp4"]),
+                                         ("FP8-CS (FP8-MX)", ["fp8_cs", "mxfp8"])])
+def test_published_precision_labels_are_accepted(label, canon):
+    assert [parse_precision(v) for v in precision_variants(label)] == canon
+    for c in canon:
+        est = estimate_time(dsv3_job().with_(features=dsv3_job().features.model_copy(update={"precision": c})))
+        assert est.step_time_s > 0
+
+
+def test_fp8_is_faster_than_bf16_and_quantises_only_linear_layers():
+    bf = estimate_time(llama_job(precision="bf16"))
+    f8 = estimate_time(llama_job(precision="fp8_cs"))
+    assert f8.step_time_s < bf.step_time_s
+    assert f8.compute_detail["attention"] == pytest.approx(bf.compute_detail["attention"])
+
+
+def test_feature_directions():
+    base = estimate_time(qwen_job())
+    ovl = estimate_time(qwen_job(overlap_moe_expert_parallel_comm=True))
+    assert ovl.walls["comm_ep"].seconds < base.walls["comm_ep"].seconds
+    assert ovl.step_time_s < base.step_time_s
+    rec = estimate_time(llama_job(recompute_granularity="selective", recompute_modules=("mlp",)))
+    plain = estimate_time(llama_job())
+    assert rec.walls["recompute"].seconds > 0 == plain.walls["recompute"].seconds
+    full = estimate_time(llama_job(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1))
+    assert full.walls["recompute"].seconds > rec.walls["recompute"].seconds
+    no_ovl = estimate_time(llama_job(tp_comm_overlap=False))
+    assert no_ovl.walls["comm_tp"].seconds > plain.walls["comm_tp"].seconds
+    eager = estimate_time(qwen_job(cuda_graph_impl="none", cuda_graph_scope=()))
+    assert eager.walls["host"].seconds >= base.walls["host"].seconds
+
+
+def test_pipeline_bubble_shrinks_with_vpp():
+    a = estimate_time(llama_job().with_(layout=Layout(tp=4, pp=4, vpp=None)))
+    b = estimate_time(llama_job())
+    assert b.walls["pipeline_bubble"].seconds < a.walls["pipeline_bubble"].seconds
+
+
+def test_render_names_the_dominant_wall():
+    est = estimate_time(qwen_job())
+    buf = io.StringIO()
+    render_time(est, Console(file=buf, width=120))
+    assert "Dominant wall" in buf.getvalue()
+
+
+def test_efficiency_file_and_env(tmp_path, monkeypatch):
+    from moetune.perfmodel.calibration import save_efficiency
+
+    eff = default_efficiency().with_values({"hbm_eff": 0.2})
+    p = tmp_path / "eff.yaml"
+    save_efficiency(eff, p)
+    slow = estimate_time(qwen_job(), p)
+    assert slow.step_time_s > estimate_time(qwen_job()).step_time_s
+    monkeypatch.setenv("MOETUNE_EFFICIENCY", str(p))
+    assert estimate_time(qwen_job()).step_time_s == pytest.approx(slow.step_time_s)
