@@ -11,6 +11,8 @@ layer without parallelism) to GQA, MLA, MoE and hybrid mixers (docs/domain.md §
   (``--attention-backend unfused`` or ``--transformer-impl local``; megatron/core/transformer/dot_product_attention.py)
   keeps the softmax output a·s² per microbatch (BF16), plus dropout mask and output when attention dropout > 0
   (Korthikanti's 5·a·s²·b).
+* Mamba-2 (megatron/core/ssm/mamba_mixer.py, mamba_ssm ``mamba_split_conv1d_scan_combined``): the in_proj output
+  zxBCdt, the SSM output (gated-norm input) and the out_proj input; conv and scan are recomputed in backward.
 * MLA (megatron/core/transformer/multi_latent_attention.py): down-projected latents (pre-norm, sequence-sharded) and
   normalised latents (gathered, up-projection inputs), the up-projected Q/K/V (``mla_up_proj`` recompute drops them).
 * Dense MLP (megatron/core/transformer/mlp.py): FC1 output (2f with GLU) saved by the fused bias-activation, the
@@ -152,9 +154,11 @@ def _attention_components(model: ModelArch, mixer: str, cfg: ActConfig) -> dict[
     elif mixer == "M":
         d_in = (model.mamba_num_heads or 0) * (model.mamba_head_dim or 0)
         g_n = (model.mamba_num_groups or 0) * (model.mamba_state_dim or 0)
-        # in_proj output (z, x, B, C, dt), conv output, SSM output, gated-norm output; all TP-split
+        # megatron/core/ssm/mamba_mixer.py training path: the memory-efficient mamba_split_conv1d_scan_combined
+        # saves only zxBCdt (in_proj output, recomputing conv and scan in backward); the gated RMSNorm keeps the
+        # SSM output, out_proj its input. All TP-split.
         out["attn_qkv"] = b16 * (2 * d_in + 2 * g_n + (model.mamba_num_heads or 0)) * t / tp
-        out["core_attn"] = b16 * (d_in + 2 * g_n) * t / tp + b16 * d_in * t / tp
+        out["core_attn"] = b16 * d_in * t / tp
         out["attn_proj_in"] = lin * d_in * t / tp
     elif mixer == "G":
         qk = (model.linear_key_head_dim or 0) * (model.linear_num_key_heads or 0)
