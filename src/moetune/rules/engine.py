@@ -190,6 +190,7 @@ class Rule:
     fix: Fix = None
     frontends: tuple[str, ...] = ("bridge", "megatron-lm")
     env: tuple[str, ...] = ()  # environment parts the verdict may depend on (for documentation / output)
+    detail: Callable[[Ctx], str] | None = None  # optional rendering of the library's own message with values
 
     def __post_init__(self) -> None:
         assert self.severity in LIB_SEVERITIES, self.id
@@ -215,12 +216,12 @@ REGISTRY: dict[str, Rule] = {}
 
 def rule(id: str, area: str, severity: str, stage: str, fields: Iterable[str], when: Callable[[Ctx], Any],
          text: str, source: str, fix: Fix = None, frontends: tuple[str, ...] | None = None,
-         env: tuple[str, ...] = ()) -> Rule:
+         env: tuple[str, ...] = (), detail: Callable[[Ctx], str] | None = None) -> Rule:
     """Register one rule (called at import time by the area modules)."""
     if frontends is None:
         frontends = ("bridge",) if source.startswith("B/") else ("bridge", "megatron-lm")
     r = Rule(id=id, area=area, severity=severity, stage=stage, fields=tuple(fields), when=when, text=text,
-             source=source, fix=fix, frontends=frontends, env=env)
+             source=source, fix=fix, frontends=frontends, env=env, detail=detail)
     if id in REGISTRY:
         raise ValueError(f"duplicate rule id {id}")
     REGISTRY[id] = r
@@ -530,6 +531,11 @@ def evaluate(rules: Iterable[Rule], ctx: Ctx) -> list[Finding]:
         vals = {f: ctx.value(f) for f in r.fields}
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in vals.items())
         msg = f"{r.text} ({shown})" if shown else r.text
+        if r.detail is not None and verdict is not UNKNOWN:
+            try:
+                msg = f"{r.detail(ctx)}: {msg}"
+            except (TypeError, ValueError, ZeroDivisionError, KeyError, AttributeError, UnknownTruth):
+                pass
         if verdict is UNKNOWN and r.is_error_rule:
             missing = ", ".join(r.env) if r.env else "the target environment"
             msg = f"depends on {missing}: {msg}"

@@ -105,7 +105,9 @@ rule("PAR-001", A, E, "I", ["W", "model.tensor_model_parallel_size", "model.pipe
      fix=lambda c: {"model.tensor_model_parallel_size": math.gcd(c.W, c.tp)} if c.W % c.tp else
      {"model.pipeline_model_parallel_size": math.gcd(c.W // c.tp, c.pp)} if (c.W // c.tp) % c.pp else
      {"model.context_parallel_size": math.gcd(c.W // (c.tp * c.pp), c.cp)},
-     frontends=("bridge", "megatron-lm"), env=("world size",))
+     frontends=("bridge", "megatron-lm"), env=("world size",),
+     detail=lambda c: f"world_size ({c.W}) is not divisible by tensor_model_parallel_size ({c.tp}) x "
+                      f"pipeline_model_parallel_size ({c.pp}) x context_parallel_size ({c.cp})")
 rule("PAR-002", A, E, "I", ["W", "model.expert_tensor_parallel_size", "model.expert_model_parallel_size",
                             "model.pipeline_model_parallel_size"],
      lambda c: c.W % (c.etp * c.ep * c.pp) != 0,
@@ -113,7 +115,9 @@ rule("PAR-002", A, E, "I", ["W", "model.expert_tensor_parallel_size", "model.exp
      "PS initialize_model_parallel L844",
      fix=lambda c: {"model.expert_model_parallel_size": math.gcd(c.W // math.gcd(c.W, c.etp * c.pp), c.ep)}
      if c.W % (c.etp * c.pp) == 0 else {"model.expert_tensor_parallel_size": 1},
-     env=("world size",))
+     env=("world size",),
+     detail=lambda c: f"world_size ({c.W}) is not divisible by expert_tensor_model_pipeline_parallel size "
+                      f"({c.etp * c.ep * c.pp})")
 rule("PAR-005", A, E, "I", ["dist.use_tp_pp_dp_mapping", "model.pipeline_model_parallel_size",
                             "model.tensor_model_parallel_size", "model.context_parallel_size",
                             "model.expert_tensor_parallel_size", "model.expert_model_parallel_size"],
@@ -131,7 +135,12 @@ rule("PAR-007", A, E, "I", ["ddp.num_distributed_optimizer_instances", "DP", "ED
          c.edp % c.get("ddp.num_distributed_optimizer_instances") != 0),
      "DP*CP and expert data parallel size must be divisible by the partial DistOpt shard factor "
      "(num_distributed_optimizer_instances)", "PS L922, L1447",
-     fix={"ddp.num_distributed_optimizer_instances": 1}, env=("world size",))
+     fix={"ddp.num_distributed_optimizer_instances": 1}, env=("world size",),
+     detail=lambda c: (f"Expert data parallel size should be divisible by partial DistOpt shard factor "
+                       f"(EDP {c.edp} % {c.get('ddp.num_distributed_optimizer_instances')})")
+     if c.edp % c.get("ddp.num_distributed_optimizer_instances") else
+     (f"Data parallel size should be divisible by partial DistOpt shard factor "
+      f"(DP*CP {c.dp * c.cp} % {c.get('ddp.num_distributed_optimizer_instances')})"))
 rule("PAR-008", A, E, "C", ["model.hierarchical_context_parallel_sizes", "model.context_parallel_size"],
      lambda c: c.m("hierarchical_context_parallel_sizes") is not None
      and math.prod(c.m("hierarchical_context_parallel_sizes")) != c.cp,
