@@ -203,12 +203,12 @@ def with_memory_fields(job, cfg: dict):
         raise InputError(f"invalid config value: {str(e).splitlines()[-1].strip()}") from None
 
 
-def _time_section(job) -> tuple[Any, Any]:
+def _time_section(job, efficiency: str | None = None) -> tuple[Any, Any]:
     try:
         from moetune.perfmodel.step import estimate_time, render_time
     except ImportError:
         return None, None
-    return estimate_time(job), render_time
+    return estimate_time(job, efficiency), render_time
 
 
 def _flops_per_token(job) -> float | None:
@@ -289,6 +289,8 @@ def register(app: typer.Typer) -> None:
         bridge_config: Annotated[str | None, typer.Option("--bridge-config", help="Megatron-Bridge YAML")] = None,
         explain: Annotated[bool, typer.Option("--explain", help="What would free the most memory next.")] = False,
         json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
+        efficiency: Annotated[str | None, typer.Option(
+            "--efficiency", help="Efficiency YAML from `moetune calibrate` (default: shipped fit).")] = None,
     ) -> None:
         """Estimate per-GPU memory of every pipeline stage (and step time when available)."""
         from moetune.perfmodel.memory import estimate_memory, explain_memory
@@ -321,7 +323,7 @@ def register(app: typer.Typer) -> None:
             validate_job(job)
         est = estimate_memory(job)
         suggestions = explain_memory(job, est) if explain else None
-        tim, render_time = _time_section(job)
+        tim, render_time = _time_section(job, efficiency)
         flops = _flops_per_token(job)
         if json_out:
             out: dict[str, Any] = {
