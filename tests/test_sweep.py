@@ -155,3 +155,29 @@ def test_dispatcher_proof_rules():
 def test_replay_is_explicit_flag_in_help():
     r = run_cli("sweep", "init", "--help")
     assert r.returncode == 0 and "--dry-run-replay" in r.stdout
+
+
+def test_every_generated_config_passes_moetune_check(sweep_dir):
+    from moetune.rules import Env, check_config
+
+    configs = sorted((sweep_dir / "runs").glob("*/config.yaml"))
+    assert len(configs) == len(list((sweep_dir / "runs").glob("*/run.sbatch")))
+    for p in configs:
+        cfg = yaml.safe_load(p.read_text())
+        cfg["_meta"] = {"gpus": 16, "system": "DGX-H100"}
+        errors = [f for f in check_config(cfg, Env()).findings if f.severity == "error"]
+        assert errors == [], (p.parent.name, [f.message for f in errors])
+    r = run_cli("check", str(sweep_dir / "runs/retune-delay-wgrad/config.yaml"), "--system", "DGX-H100",
+                "--gpus", "16", "--json")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+
+
+def test_checker_drops_illegal_retune_candidates(tmp_path):
+    plan = json.loads(PLAN.read_text())
+    plan["candidates"][0]["layout"]["vpp"] = None  # PP2 without VPP: EP overlap is illegal (OVL-002)
+    p = tmp_path / "P.json"
+    p.write_text(json.dumps(plan))
+    sweep = init_sweep(tmp_path / "s", read_plan(p), opts={})
+    dropped = {d["name"]: d for d in sweep["dropped_by_check"]}
+    assert "retune-ep-overlap" in dropped and any("OVL-002" in f for f in dropped["retune-ep-overlap"]["findings"])
+    assert "retune-ep-overlap" not in {r["name"] for r in sweep["runs"]}

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from moetune.sweep.contract import Contract
-from moetune.sweep.overrides import bridge_overrides, harness_flags, megatron_flags
+from moetune.sweep.overrides import FEATURE_KEYS, MLM_PRECISION_FLAGS, harness_flags
 from moetune.sweep.phases import RunSpec
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
@@ -35,15 +35,55 @@ def render(name: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
 
 
+def run_job(contract: Contract, run: RunSpec):
+    """The run as a moetune ``Job`` (model and system from the catalogs)."""
+    from moetune.catalog.models import get_model
+    from moetune.catalog.systems import get_system
+    from moetune.spec.features import Features
+    from moetune.spec.job import Job
+    from moetune.spec.layout import Layout
+
+    fields = set(Features.model_fields)
+    feats = Features(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in run.features.items()
+                        if k in fields and k != "precision"}, precision=run.precision)
+    layout = Layout(**{k: v for k, v in run.layout.items() if k in set(Layout.model_fields)})
+    return Job(model=get_model(contract.model), system=get_system(contract.hardware.system), gpus=run.gpus,
+               global_batch_size=contract.shape.global_batch_size, micro_batch_size=run.mbs,
+               seq_length=contract.shape.seq_length, layout=layout, features=feats)
+
+
+def run_config(contract: Contract, run: RunSpec) -> dict[str, Any]:
+    """Bridge-form config of the run (``moetune.io.config_to_job.job_to_config``) plus the run length/logging."""
+    from moetune.io.config_to_job import job_to_config
+
+    cfg = job_to_config(run_job(contract, run))
+    cfg.setdefault("train", {})["train_iters"] = run.window.steps
+    cfg.setdefault("logger", {})["log_interval"] = 1
+    cfg.setdefault("dataset", {})["seq_length"] = contract.shape.seq_length
+    return cfg
+
+
 def entry_and_args(contract: Contract, run: RunSpec) -> tuple[str, list[str]]:
-    """The script to run and its arguments for this run."""
+    """The script to run and its arguments for this run (overrides/flags from ``moetune.io.config_to_job``)."""
+    from moetune.io.config_to_job import config_to_bridge_overrides, config_to_megatron_args
+
     lc = contract.launcher
     sh = contract.shape
-    kw = dict(precision=run.precision, gbs=sh.global_batch_size, mbs=run.mbs, seq=sh.seq_length,
-              steps=run.window.steps)
     prof_start, prof_end = lc.profile_steps or (run.window.first, min(run.window.first + 1, run.window.last))
+    cfg = run_config(contract, run)
     if lc.framework == "megatron-lm":
-        args = megatron_flags(run.layout, run.features, **kw)
+        args = config_to_megatron_args(cfg)
+        if not any(a in ("--bf16", "--fp16") for a in args):
+            args += MLM_PRECISION_FLAGS.get(run.precision, ["--bf16"])
+        # comm_overlap booleans that the config converter does not emit as Megatron-LM flags (yet)
+        for key in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap"):
+            flag = FEATURE_KEYS[key][1]
+            if run.features.get(key) and flag and flag not in args:
+                args.append(flag)
+        for flag, value in (("--train-iters", str(run.window.steps)), ("--log-interval", "1")):
+            if flag not in args:
+                args += [flag, value]
+        args.append("--log-throughput")
         if run.profile:
             args += ["--profile", "--profile-step-start", str(prof_start), "--profile-step-end", str(prof_end),
                      "--profile-ranks", "0"]
@@ -52,14 +92,16 @@ def entry_and_args(contract: Contract, run: RunSpec) -> tuple[str, list[str]]:
         return "pretrain_gpt.py", args
     if lc.entry == "run_script":
         gpu = contract.hardware.gpu_type.split("-")[0].lower()
-        args = harness_flags(run.layout, run.features, **kw, gpus=run.gpus,
+        args = harness_flags(run.layout, run.features, precision=run.precision, gbs=sh.global_batch_size,
+                             mbs=run.mbs, seq=sh.seq_length, steps=run.window.steps, gpus=run.gpus,
                              gpus_per_node=contract.hardware.gpus_per_node, gpu=GPU_HARNESS_NAME.get(gpu, gpu),
                              family=lc.model_family or "unknown", recipe=lc.model_recipe or "unknown")
         if run.profile:
             args += (["-en"] if lc.profiler == "nsys" else ["-pyp", "true"])
             args += ["--profiling_start_step", str(prof_start), "--profiling_stop_step", str(prof_end)]
         return "scripts/performance/run_script.py", args
-    args = ["--recipe", lc.recipe or "unknown_pretrain_config"] + bridge_overrides(run.layout, run.features, **kw)
+    overrides = [o for o in config_to_bridge_overrides(cfg) if not o.startswith("env_vars")]
+    args = ["--recipe", lc.recipe or "unknown_pretrain_config", *overrides]
     if run.profile:
         if lc.profiler == "nsys":
             args += ["profiling.use_nsys_profiler=true"]
@@ -92,19 +134,9 @@ def render_launch(contract: Contract, run: RunSpec) -> str:
 def run_env(contract: Contract, run: RunSpec) -> dict[str, str]:
     """The contract's baseline environment, updated with what this run's features need
     (``moetune.io.env.feature_env``, the one implementation shared with the planner's launch output)."""
-    from types import SimpleNamespace
-
-    from moetune.catalog.systems import get_system
     from moetune.io.env import feature_env
-    from moetune.spec.features import Features
-    from moetune.spec.layout import Layout
 
-    fields = set(Features.model_fields)
-    feats = Features(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in run.features.items() if k in fields},
-                     precision=run.precision)
-    layout = Layout(**{k: v for k, v in run.layout.items() if k in set(Layout.model_fields)})
-    job_like = SimpleNamespace(features=feats, layout=layout, system=get_system(contract.hardware.system))
-    return {**contract.env, **feature_env(job_like)}  # type: ignore[arg-type]
+    return {**contract.env, **feature_env(run_job(contract, run))}
 
 
 def render_batch(contract: Contract, run: RunSpec, *, sweep_name: str, run_dir: str,

@@ -1,5 +1,6 @@
-"""Translate a layout + features into launch arguments: Megatron-Bridge Hydra overrides, Megatron-LM flags,
-perf-harness (``scripts/performance/run_script.py``) flags and the environment variables the features need.
+"""Perf-harness (``scripts/performance/run_script.py``) flags for a layout + features, and Megatron-LM precision
+flags. Bridge overrides and Megatron-LM flags of a full config come from ``moetune.io.config_to_job``; environment
+variables from ``moetune.io.env`` (one implementation each).
 
 Field names follow docs/domain.md §8 (Bridge ``ConfigContainer`` paths / Megatron-LM ``arguments.py`` flags), checked
 against Megatron-Bridge ``scripts/performance/argument_parser.py`` for the harness flags. Environment variables follow
@@ -12,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from moetune.spec.features import BRIDGE_MIXED_PRECISION
+from moetune.io.overrides import format_override
 
 #: layout key -> (Bridge override path, Megatron-LM flag, run_script flag)
 LAYOUT_KEYS: dict[str, tuple[str, str, str | None]] = {
@@ -84,82 +85,6 @@ HARNESS_DTYPE: dict[str, str] = {"bf16": "bf16", "fp8_cs": "fp8_cs", "mxfp8": "f
                                  "nvfp4": "nvfp4"}
 
 
-def _bridge_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "null"
-    if isinstance(v, list | tuple):
-        return "[" + ",".join(str(x) for x in v) + "]"
-    return str(v)
-
-
-def bridge_overrides(layout: dict[str, Any], features: dict[str, Any], *, precision: str, gbs: int, mbs: int,
-                     seq: int, steps: int) -> list[str]:
-    """Hydra-style ``section.field=value`` overrides for ``run_recipe.py`` (lists as ``'[a,b]'``)."""
-    out = [
-        f"train.train_iters={steps}",
-        f"train.global_batch_size={gbs}",
-        f"train.micro_batch_size={mbs}",
-        f"model.seq_length={seq}",
-        f"dataset.seq_length={seq}",
-        "logger.log_interval=1",
-        f"mixed_precision={BRIDGE_MIXED_PRECISION.get(precision, precision)}",
-    ]
-    for key, (path, _flag, _h) in LAYOUT_KEYS.items():
-        v = layout.get(key)
-        if v is None:
-            continue
-        out.append(f"{path}={_bridge_value(v)}")
-    for key, (path, _flag) in FEATURE_KEYS.items():
-        if key not in features or path is None:
-            continue
-        v = features[key]
-        if key == "cuda_graph_scope" and not v:
-            continue
-        if key in ("recompute_modules", "offload_modules") and not v:
-            continue
-        out.append(f"{path}={_bridge_value(v)}")
-    if features.get("cuda_graph_impl", "none") not in (None, "none"):
-        # graphs need the TE RNG tracker (docs/domain.md §6.4)
-        out += ["model.use_te_rng_tracker=true", "rng.te_rng_tracker=true"]
-        if "full_iteration" in (features.get("cuda_graph_scope") or ()):
-            out.append("rerun_state_machine.check_for_nan_in_loss=false")
-    return out
-
-
-def megatron_flags(layout: dict[str, Any], features: dict[str, Any], *, precision: str, gbs: int, mbs: int,
-                   seq: int, steps: int) -> list[str]:
-    """Megatron-LM ``pretrain_gpt.py`` flags (``--kebab-case``)."""
-    out = ["--train-iters", str(steps), "--global-batch-size", str(gbs), "--micro-batch-size", str(mbs),
-           "--seq-length", str(seq), "--log-interval", "1", "--log-throughput"]
-    out += MLM_PRECISION_FLAGS.get(precision, ["--bf16"])
-    for key, (_path, flag, _h) in LAYOUT_KEYS.items():
-        v = layout.get(key)
-        if v is None or (key == "vpp" and layout.get("pipeline_layout")):
-            continue
-        out += [flag, str(v)]
-    for key, (_path, flag) in FEATURE_KEYS.items():
-        if key not in features or flag is None:
-            continue
-        v = features[key]
-        if isinstance(v, bool):
-            if key == "sequence_parallel" and int(layout.get("tp") or 1) == 1:
-                continue
-            if v:
-                out.append(flag)
-        elif isinstance(v, list | tuple):
-            if v:
-                out += [flag, *[str(x) for x in v]]
-        elif v is not None:
-            if key == "cuda_graph_impl" and v == "none":
-                continue
-            out += [flag, str(v)]
-    if features.get("cuda_graph_impl", "none") not in (None, "none"):
-        out.append("--te-rng-tracker")
-    return out
-
-
 def harness_flags(layout: dict[str, Any], features: dict[str, Any], *, precision: str, gbs: int, mbs: int,
                   seq: int, steps: int, gpus: int, gpus_per_node: int, gpu: str, family: str,
                   recipe: str) -> list[str]:
@@ -189,18 +114,13 @@ def harness_flags(layout: dict[str, Any], features: dict[str, Any], *, precision
     if "overlap_moe_expert_parallel_comm" in features:
         out += ["--moe_a2a_overlap", "true" if features["overlap_moe_expert_parallel_comm"] else "false"]
     # fields without a harness flag travel as Hydra overrides after the flags
-    extra = [o for o in bridge_overrides({}, {k: v for k, v in features.items() if k in _NO_HARNESS_FLAG},
-                                         precision=precision, gbs=gbs, mbs=mbs, seq=seq, steps=steps)
-             if o.split("=", 1)[0] not in _BASE_OVERRIDE_KEYS]
+    extra = [format_override(FEATURE_KEYS[k][0], v) for k, v in features.items()
+             if k in _NO_HARNESS_FLAG and FEATURE_KEYS.get(k, (None,))[0] and v not in (None, [], ())]
     return out + extra
 
 
 _NO_HARNESS_FLAG = {"delay_wgrad_compute", "moe_shared_expert_overlap", "moe_flex_dispatcher_num_sms",
                     "recompute_granularity", "recompute_method", "moe_router_force_load_balancing",
                     "fine_grained_activation_offloading", "offload_modules"}
-_BASE_OVERRIDE_KEYS = {"train.train_iters", "train.global_batch_size", "train.micro_batch_size", "model.seq_length",
-                       "dataset.seq_length", "logger.log_interval", "mixed_precision"}
-
-
 def shell_join(args: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in args)

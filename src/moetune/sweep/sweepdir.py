@@ -32,7 +32,7 @@ from moetune.sweep.contract import (
     screen_window,
     validate_window,
 )
-from moetune.sweep.launcher import entry_and_args, render_batch, render_launch, run_env
+from moetune.sweep.launcher import entry_and_args, render_batch, render_launch, run_config, run_env, run_job
 from moetune.sweep.phases import PHASES, RunSpec, generate_runs
 from moetune.sweep.plan_input import Candidate, PlanInput
 
@@ -196,6 +196,9 @@ def write_run(out: Path, contract: Contract, contract_sha: str, run: RunSpec, re
     cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     (rdir / "command.txt").write_text(f"{cmd} python {entry} {' '.join(shlex.quote(a) for a in args)}\n")
     launch = {"entry": entry, "args": args, "env": env}
+    cfg = run_config(contract, run)
+    (rdir / "config.yaml").write_text(yaml.safe_dump({k: v for k, v in cfg.items() if k != "_meta"},
+                                                     sort_keys=False))
     if contract.launcher.framework == "megatron-lm":
         (rdir / "megatron_args.txt").write_text(" ".join(shlex.quote(a) for a in args) + "\n")
     else:
@@ -203,6 +206,30 @@ def write_run(out: Path, contract: Contract, contract_sha: str, run: RunSpec, re
     manifest = _run_manifest(run, contract_sha, launch, replay)
     (rdir / "run.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
     return manifest
+
+
+def _checked(contract: Contract, runs: list[RunSpec]) -> tuple[list[RunSpec], list[dict[str, Any]]]:
+    """Run ``moetune check`` (``moetune.rules.check_job``) on every run: a retune candidate the checker rejects is
+    dropped with its findings; a rejected baseline stops init (nothing is written)."""
+    from moetune.rules import check_job
+
+    kept, dropped = [], []
+    for r in runs:
+        errors = [f for f in check_job(run_job(contract, r)) if f.severity == "error"]
+        if not errors:
+            kept.append(r)
+            continue
+        why = [f"{f.id}: {f.message}" for f in errors]
+        if r.phase == "retune" and r.variable:
+            dropped.append({"name": r.name, "variable": r.variable, "change": r.change, "findings": why})
+        else:
+            raise InputError(f"run {r.name}: the chosen candidate fails `moetune check`: {why[0]}")
+    names = {r.name for r in kept}
+    for r in kept:  # a candidate whose reference was dropped compares against the phase reference
+        if r.reference and r.reference not in names:
+            r.reference = "retune-ref"
+            r.notes.append("its intended reference was rejected by moetune check")
+    return kept, dropped
 
 
 def init_sweep(out: Path, plan: PlanInput, *, candidate: int = 0, opts: dict[str, Any],
@@ -217,6 +244,7 @@ def init_sweep(out: Path, plan: PlanInput, *, candidate: int = 0, opts: dict[str
     contract, info = build_contract(plan, base, opts={**opts, "replay": mapping is not None})
     runs = generate_runs(contract, base, [c for c in plan.candidates if c.index != candidate], info,
                          scale_candidates=scale_candidates)
+    runs, dropped = _checked(contract, runs)
     replays = {r.name: _replay_for(r.name, mapping) for r in runs} if mapping else {}
     out.mkdir(parents=True, exist_ok=True)
     (out / "contract.yaml").write_text(contract.to_yaml())
@@ -231,6 +259,7 @@ def init_sweep(out: Path, plan: PlanInput, *, candidate: int = 0, opts: dict[str
         "model_info": info,
         "plan_candidates": [{"index": c.index, "label": c.label, "layout": c.layout, "mbs": c.mbs,
                              "features": c.features, "memory": c.memory, "time": c.time} for c in plan.candidates],
+        "dropped_by_check": dropped,
         "runs": [{"name": m["name"], "phase": m["phase"], "variable": m["variable"], "reference": m["reference"],
                   "dir": f"runs/{m['name']}", "depends": {"type": deps[m["name"]][0], "on": deps[m["name"]][1]}}
                  for m in manifests],
