@@ -239,6 +239,26 @@ def render_memory(est, suggestions=None) -> None:
     t.add_row("reserved", *(f"{s.reserved_gib:.2f}" for s in est.stages))
     t.add_row("[bold]device total[/]", *(f"[bold]{s.device_gib:.2f}[/]" for s in est.stages))
     console.print(t)
+    ct = Table(title="Virtual chunks: layers, activations per microbatch, microbatches in flight at the peak")
+    ct.add_column("stage")
+    ct.add_column("chunk")
+    ct.add_column("contents")
+    ct.add_column("GiB/microbatch", justify="right")
+    ct.add_column("in flight", justify="right")
+    for s in est.stages:
+        for c in s.chunks:
+            parts = []
+            if c.embedding:
+                parts.append("embedding")
+            if c.layers:
+                parts.append(f"layers {c.layers[0]}-{c.layers[-1]}" if len(c.layers) > 1 else f"layer {c.layers[0]}")
+            if c.mtp_layers:
+                parts.append(f"MTP x{c.mtp_layers}")
+            if c.loss:
+                parts.append("output+loss")
+            ct.add_row(f"PP{s.pp_rank}", str(c.vchunk), ", ".join(parts) or "-",
+                       f"{c.activation_gib_per_microbatch:.3f}", str(c.in_flight_at_peak))
+    console.print(ct)
     verdict = "[green]fits[/]" if est.fits else "[red]does NOT fit[/]"
     console.print(f"Binding stage PP{est.binding_stage}: {est.stages[est.binding_stage].device_gib:.2f} GiB of "
                   f"{est.capacity_gib:.1f} GiB -> {verdict}. Policy: {est.headroom_policy}")
