@@ -56,8 +56,9 @@ def test_walls_add_up_to_the_step(make):
     assert est.tokens_per_s_per_gpu == pytest.approx(job.global_batch_size * job.seq_length /
                                                      (est.step_time_s * job.gpus))
     assert est.model_tflops_per_gpu == pytest.approx(est.tokens_per_s_per_gpu * est.flops_per_token / 1e12)
-    assert est.mfu["bf16"] == pytest.approx(est.model_tflops_per_gpu / job.system.gpu.peak_tflops["bf16"])
-    assert job.features.precision in est.mfu
+    assert est.mfu["vs_bf16_peak"] == pytest.approx(est.model_tflops_per_gpu / job.system.gpu.peak_tflops["bf16"])
+    assert est.mfu["vs_precision_peak"] <= est.mfu["vs_bf16_peak"]
+    assert est.precision == job.features.precision
 
 
 @settings(max_examples=15, deadline=None)

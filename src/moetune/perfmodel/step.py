@@ -57,7 +57,8 @@ class TimeEstimate(BaseModel):
     step_time_s: float
     tokens_per_s_per_gpu: float
     model_tflops_per_gpu: float = Field(description="Megatron-Bridge definition (tokens/s/GPU × FLOPs/token)")
-    mfu: dict[str, float] = Field(description="{'bf16': vs BF16 peak, '<precision>': vs the precision's peak}")
+    mfu: dict[str, float] = Field(description="{'vs_bf16_peak': ..., 'vs_precision_peak': ...} (fractions)")
+    precision: str = Field(description="canonical precision recipe of the job (whose peak MFU is taken against)")
     walls: dict[str, Wall]
     dominant_wall: str
     flops_per_token: float
@@ -222,7 +223,7 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
             n_quant += 2
         elif kind == "mlp":
             wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="mlp", layer=i)
-            cast_elems += h + (model.ffn_hidden_size or h)
+            cast_elems += h  # FC2's input is quantised inside the fused activation kernel (TE act + cast)
             n_quant += 2
         elif kind == "mixer":
             wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="mixer", layer=i)
@@ -234,11 +235,11 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
             d_in = float(model.moe_latent_size or h)  # latent MoE runs its experts at the latent width
             n_exp = f / (2 * d_in * k_top) / etp
             wl.gemm(t_gpu * f, m_exp, n_exp, d_in, groups=groups, quant=quant, tag="experts", layer=i)
-            cast_elems += k_top * (d_in + (model.moe_ffn_hidden_size or h)) / etp
+            cast_elems += k_top * d_in / etp
             n_quant += 2
         elif kind == "shared":
             wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="shared", layer=i)
-            cast_elems += h + (model.moe_shared_expert_intermediate_size or h)
+            cast_elems += h
             n_quant += 2
         elif kind == "router":
             wl.gemm(t_gpu * f, t_gpu, E, h, quant=False, tag="router", layer=i)
@@ -696,8 +697,8 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     tflops = tok * prof.flops_per_token / 1e12
     gpu = job.system.gpu
     pk = K.peak_key(prof.pcls)
-    mfu = {"bf16": tflops / gpu.peak_tflops["bf16"]}
-    mfu[job.features.precision] = tflops / gpu.peak_tflops.get(pk, gpu.peak_tflops["bf16"])
+    mfu = {"vs_bf16_peak": tflops / gpu.peak_tflops["bf16"],
+           "vs_precision_peak": tflops / gpu.peak_tflops.get(pk, gpu.peak_tflops["bf16"])}
     walls = {k: Wall(seconds=res["walls"][k], share=res["walls"][k] / step if step else 0.0) for k in WALL_ORDER}
     dominant = max(WALL_ORDER, key=lambda k: res["walls"][k])
     assumptions = list(prof.assumptions)
@@ -705,7 +706,8 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     if job.layout.ep > 1 and not job.features.moe_router_force_load_balancing:
         assumptions.append("routing treated as balanced (tokens per expert rank = mean); imbalance slows the step")
     return TimeEstimate(
-        step_time_s=step, tokens_per_s_per_gpu=tok, model_tflops_per_gpu=tflops, mfu=mfu, walls=walls,
+        step_time_s=step, tokens_per_s_per_gpu=tok, model_tflops_per_gpu=tflops, mfu=mfu,
+        precision=job.features.precision, walls=walls,
         dominant_wall=dominant, flops_per_token=prof.flops_per_token, num_microbatches=prof.m,
         bottleneck_stage=res["bottleneck"], stage_seconds=res["stage_seconds"], compute_detail=res["detail"],
         assumptions=assumptions, efficiency_source=eff.origin,
@@ -722,7 +724,8 @@ def render_time(est: TimeEstimate, console) -> None:
               "host": "red", "optimizer": "bright_black"}
     console.print(f"[bold]Step time[/] {est.step_time_s:.3f} s   [bold]tokens/s/GPU[/] {est.tokens_per_s_per_gpu:,.0f}"
                   f"   [bold]model TFLOP/s/GPU[/] {est.model_tflops_per_gpu:,.1f}   "
-                  + "   ".join(f"MFU({k}) {v * 100:.1f}%" for k, v in est.mfu.items()))
+                  + f"MFU {est.mfu['vs_bf16_peak'] * 100:.1f}% of BF16 peak, "
+                  f"{est.mfu['vs_precision_peak'] * 100:.1f}% of {est.precision} peak")
     width = 60
     bar = Text()
     for k in WALL_ORDER:
