@@ -225,3 +225,28 @@ def test_communicators_follow_the_layout():
     assert "etp" not in c  # size-1 groups create no communicator
     single = communicators(job(_gpt7b(), gpus=1, gbs=1))
     assert single == {}
+
+
+def test_uneven_pipeline_layout_moves_params_and_activations():
+    m = get_model("Qwen3-30B-A3B")  # 48 layers
+    even = mem.estimate_memory(job(m, gpus=32, layout=Layout(pp=4, ep=8), gbs=256))
+    lay = Layout(pp=4, ep=8, num_layers_in_first_pipeline_stage=6, num_layers_in_last_pipeline_stage=6)
+    uneven = mem.estimate_memory(job(m, gpus=32, layout=lay, gbs=256))
+    assert [len(c.layers) for c in uneven.stages[0].chunks] == [6]
+    assert uneven.stages[0].components["weights"] < even.stages[0].components["weights"]
+    assert uneven.stages[1].components["weights"] > even.stages[1].components["weights"]
+    assert uneven.stages[0].components["activations"] < even.stages[0].components["activations"]
+
+
+def test_layer_cpu_offloading_and_fine_grained_offload_reduce_activations():
+    m = get_model("Qwen3-30B-A3B")
+    base = Features(hidden_dropout=0, attention_dropout=0)
+    a = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16), features=base)).stages[0]
+    b = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16), features=base.model_copy(
+        update={"cpu_offloading": True, "cpu_offloading_num_layers": 24}))).stages[0]
+    c = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16), features=base.model_copy(
+        update={"fine_grained_activation_offloading": True, "offload_modules": ("expert_fc1", "moe_act")}))).stages[0]
+    assert b.components["activations"] < 0.6 * a.components["activations"]
+    assert c.components["activations"] < a.components["activations"]
+    assert c.components["working_set"] > a.components["working_set"]  # resident offload buffers
+    assert c.peak_allocated_gib < a.peak_allocated_gib
