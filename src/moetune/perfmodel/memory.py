@@ -464,15 +464,17 @@ def estimate_memory(job: Job) -> MemoryEstimate:
         dyn = max(eager_peak, best_graphed + (working if best_graphed else 0.0))
         comps["activations"] = best
         comps["working_set"] = working
+        if graphed_io:
+            comps["cuda_graph_static_io"] = graphed_io
         alloc_bytes = static + dyn
-        tail = runtime_tail(job, graphed_io_bytes=graphed_io, activation_peak_bytes=best + best_graphed,
-                            allocated_peak_bytes=alloc_bytes)
+        tail = runtime_tail(job, activation_peak_bytes=best + best_graphed, allocated_peak_bytes=alloc_bytes)
         comp_gib = {k: v / GIB for k, v in comps.items()}
         if best_graphed:
+            # capture-phase peak of the graphed part (reported; the allocated peak takes the larger phase)
             comp_gib["cuda_graph_activations"] = best_graphed / GIB
         for it in tail.items:
             comp_gib[it.name] = it.gib
-        peak = alloc_bytes / GIB + tail.total("allocated") - graphed_io / GIB
+        peak = alloc_bytes / GIB + tail.total("allocated")
         # the graph pool stays reserved while eager activations are allocated next to it
         pool_extra = max(0.0, best_graphed + eager_peak - dyn) / GIB
         reserved = peak + tail.total("reserved") + pool_extra

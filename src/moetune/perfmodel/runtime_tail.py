@@ -70,19 +70,15 @@ def communicators(job: Job) -> dict[str, int]:
     return {k: v for k, v in groups.items() if v > 1}
 
 
-def runtime_tail(job: Job, *, graphed_io_bytes: float, activation_peak_bytes: float,
-                 allocated_peak_bytes: float) -> RuntimeTail:
-    """All tail items for one rank. ``graphed_io_bytes``: static I/O of CUDA-graphed modules (computed by the caller
-    from the layers the scope covers); ``activation_peak_bytes`` / ``allocated_peak_bytes`` size the full-iteration
-    graph pool and the fragmentation."""
+def runtime_tail(job: Job, *, activation_peak_bytes: float, allocated_peak_bytes: float) -> RuntimeTail:
+    """All tail items for one rank. ``activation_peak_bytes`` / ``allocated_peak_bytes`` size the full-iteration
+    graph pool and the fragmentation. (Static buffers of CUDA-graphed modules are part of the allocated peak and are
+    computed with the activations, in :mod:`moetune.perfmodel.memory`.)"""
     f = job.features
     tail = RuntimeTail()
     tail.add("library_workspaces", const("library_workspaces_gib"), "allocated",
              "cuBLAS + TE cuBLASLt workspaces and small persistent buffers (catalog library_workspaces_gib)")
-    if f.cuda_graph_impl != "none" and f.cuda_graph_scope:
-        tail.add("cuda_graph_static_io", graphed_io_bytes / GIB, "allocated",
-                 f"CUDA graphs ({f.cuda_graph_impl}, scope {','.join(f.cuda_graph_scope)}): static input/output/grad "
-                 "buffers per captured module and microbatch")
+    if f.cuda_graph_impl != "none":
         if "full_iteration" in f.cuda_graph_scope:
             tail.add("cuda_graph_pool", (const("cuda_graph_full_iteration_factor") - 1.0) * activation_peak_bytes
                      / GIB, "reserved", "full-iteration CUDA graph private pool: 1.5x the activation peak (S:cg)")
