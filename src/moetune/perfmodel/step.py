@@ -329,6 +329,18 @@ def _stages(job: Job, notes: list[str]) -> tuple[list[list[int]], list[bool], li
     from moetune.errors import LayoutError
     from moetune.spec.pipeline import pipeline_stages
 
+    key = (_model_key(job.model), "stages", job.layout)
+    hit = _SUMMARY_CACHE.get(key)
+    if hit is not None:
+        notes.extend(hit[1][1])
+        return hit[1][0]
+    before = len(notes)
+    out = _stages_uncached(job, notes, pipeline_stages, LayoutError)
+    _SUMMARY_CACHE[key] = (job.model, (out, notes[before:]))
+    return out
+
+
+def _stages_uncached(job: Job, notes: list[str], pipeline_stages, LayoutError):
     try:
         ranks = pipeline_stages(job.model, job.layout)
     except LayoutError as exc:
@@ -362,6 +374,47 @@ def _param_split(model: ModelArch, i: int) -> tuple[float, float]:
     return float(lp.total) - expert, expert
 
 
+_SUMMARY_CACHE: dict[tuple, Any] = {}
+
+
+def _fwd_layer_flops(model: ModelArch, seq: int) -> list[float]:
+    """Model (Bridge) forward FLOPs per token of each decoder layer; the router GEMM is informational in
+    ``layer_flops`` and not part of Bridge's total."""
+    key = (_model_key(model), "fwd_layers", seq)
+    hit = _SUMMARY_CACHE.get(key)
+    if hit is None:
+        hit = (model, [sum(v for k, v in _layer_flops(model, i, seq).items() if k != "router")
+                       for i in range(model.num_layers)])
+        _SUMMARY_CACHE[key] = hit
+    return hit[1]
+
+
+def _stage_summary(model: ModelArch, ids: tuple[int, ...], n_mtp: int, quant_on: bool, bf16: frozenset[int]
+                   ) -> tuple[dict[tuple[int, bool], float], float, float]:
+    """Layer kinds of a stage as {(first layer index of the kind, quantised): count} and its (dense, expert) params;
+    MTP layers count as copies of the last decoder layer."""
+    key = (_model_key(model), "stage", ids, n_mtp, quant_on, bf16)
+    hit = _SUMMARY_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    nl = model.num_layers
+    first: dict[tuple, int] = {}
+    kinds: dict[tuple[int, bool], float] = {}
+    dense = exp = 0.0
+    for i in (*ids, *([nl - 1] * n_mtp)):
+        quant = quant_on and i not in bf16
+        kind = (model.mixer_pattern[i], model.mlp_pattern[i], quant)
+        j = first.setdefault(kind, i)
+        kinds[(j, quant)] = kinds.get((j, quant), 0.0) + 1.0
+        d, e = _param_split(model, i)
+        dense += d
+        exp += e
+    if len(_SUMMARY_CACHE) > 50000:
+        _SUMMARY_CACHE.clear()
+    _SUMMARY_CACHE[key] = (model, (kinds, dense, exp))
+    return kinds, dense, exp
+
+
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     """Work of every pipeline stage of ``job`` for one microbatch (see module doc)."""
     eff = eff or default_efficiency()
@@ -379,7 +432,7 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     seq = job.seq_length
     total = _total_flops(model, seq, lay.tp)
     # model FLOPs per layer (the router GEMM is informational in layer_flops, not part of Bridge's total)
-    fwd_layers = [sum(v for k, v in _layer_flops(model, i, seq).items() if k != "router") for i in range(nl)]
+    fwd_layers = _fwd_layer_flops(model, seq)
     n_mtp = model.mtp_num_layers
     rest_fwd = max(total / 3.0 - sum(fwd_layers) - n_mtp * fwd_layers[-1], 0.0)  # logits (+ MTP projections)
     h = model.hidden_size
@@ -388,15 +441,11 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     vpad = model.padded_vocab_size(tp)
     for p, ids in enumerate(layers_per_rank):
         st = StageWork()
-        dense_p = exp_p = 0.0
-        for i in ids + [nl - 1] * mtp[p]:
-            quant = quant_on and i not in bf16_layers
+        kinds, dense_p, exp_p = _stage_summary(model, tuple(ids), mtp[p], quant_on, frozenset(bf16_layers))
+        for (i, quant), n in kinds.items():
             lt = _cached_layer_type(job, i, quant, consts)
             types[lt.key] = lt
-            st.layer_counts[lt.key] = st.layer_counts.get(lt.key, 0.0) + 1.0
-            d, e = _param_split(model, i)
-            dense_p += d
-            exp_p += e
+            st.layer_counts[lt.key] = st.layer_counts.get(lt.key, 0.0) + n
         st.layers = len(ids) + mtp[p]
         wl = K.WorkList()
         kern = 0.0
