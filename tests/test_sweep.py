@@ -181,3 +181,19 @@ def test_checker_drops_illegal_retune_candidates(tmp_path):
     dropped = {d["name"]: d for d in sweep["dropped_by_check"]}
     assert "retune-ep-overlap" in dropped and any("OVL-002" in f for f in dropped["retune-ep-overlap"]["findings"])
     assert "retune-ep-overlap" not in {r["name"] for r in sweep["runs"]}
+
+
+def test_reads_real_planner_output(tmp_path):
+    """A trimmed `moetune plan --json` document (Qwen3-30B-A3B, 16 x DGX-H100) as the planner writes it."""
+    real = REPO / "tests" / "fixtures" / "sweep" / "PLAN_real.json"
+    plan = read_plan(real)
+    assert plan.request["global_batch_size"] == 256 and plan.request["precision"] == "bf16"
+    c0 = plan.candidates[0]
+    assert "vpp" not in c0.layout  # VPP 1 = not interleaved
+    assert c0.predicted()["step_time_s"] > 0 and c0.predicted()["peak_gib"] > 0
+    sweep = init_sweep(tmp_path / "s", plan, opts={})
+    assert sweep["runs"][0]["name"] == "fit-base"
+    r = run_cli("report", str(real), "--md", str(tmp_path / "r.md"))
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "r.md").read_text()
+    assert "optimizer_state" in md and "comm_ep" in md

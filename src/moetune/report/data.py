@@ -33,7 +33,7 @@ def memory_stages(memory: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(comps, list):  # [{name, gib}] form
             comps = {str(c.get("name", c.get("component", j))): c.get("gib", c.get("bytes")) for j, c in
                      enumerate(comps) if isinstance(c, dict)}
-        vals = {str(k): v for k, v in ((k, _num(v)) for k, v in comps.items()) if v is not None and v >= 0}
+        vals = {str(k): v for k, v in ((k, _num(v)) for k, v in comps.items()) if v is not None and v > 0}
         if vals:
             out.append({"stage": st.get("stage", st.get("pp_rank", i)), "components": vals,
                         "capacity_gib": _num(memory.get("capacity_gib"))})
@@ -48,7 +48,8 @@ def time_walls(time: dict[str, Any]) -> dict[str, float]:
     for k, v in walls.items():
         x = _num(v)
         if x is not None:
-            out[str(k)] = x
+            if x > 0:
+                out[str(k)] = x
         elif isinstance(v, dict):  # nested by kind, e.g. exposed communication
             for k2, v2 in v.items():
                 x2 = _num(v2)
@@ -100,6 +101,6 @@ def load_report_input(path: Path) -> dict[str, Any]:
 
 def _label(lay: dict[str, Any]) -> str:
     s = f"TP{lay.get('tp', 1)} PP{lay.get('pp', 1)}"
-    if lay.get("vpp"):
+    if (lay.get("vpp") or 1) > 1:
         s += f" VPP{lay['vpp']}"
     return s + f" CP{lay.get('cp', 1)} EP{lay.get('ep', 1)} MBS{lay.get('mbs', 1)}"

@@ -29,7 +29,7 @@ def _f(x: Any, nd: int = 4) -> str:
     if isinstance(x, bool) or x is None:
         return "" if x is None else str(x)
     if isinstance(x, float):
-        return f"{x:.{nd}g}"
+        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.{nd}g}"
     return str(x)
 
 
@@ -124,7 +124,8 @@ def render_html(data: dict[str, Any]) -> str:
         for c in data["plan_candidates"][:20]:
             t, m = c.get("time") or {}, c.get("memory") or {}
             rows.append([str(c.get("index")), c.get("label", ""), _f(t.get("step_time_s")),
-                         _f(t.get("tokens_per_s_per_gpu")), _f(m.get("peak_gib")), _f(m.get("headroom_gib"))])
+                         _f(t.get("tokens_per_s_per_gpu")), _f(m.get("peak_gib", m.get("peak_allocated_gib"))),
+                         _f(m.get("headroom_gib"))])
         parts.append("<h2>Candidates</h2>" + _table(["#", "layout", "step s", "tokens/s/GPU", "peak GiB",
                                                       "headroom GiB"], rows))
     if res:

@@ -36,7 +36,7 @@ class Candidate:
     def label(self) -> str:
         lay = self.layout
         s = f"TP{lay.get('tp', 1)} PP{lay.get('pp', 1)}"
-        if lay.get("vpp"):
+        if (lay.get("vpp") or 1) > 1:
             s += f" VPP{lay['vpp']}"
         s += f" CP{lay.get('cp', 1)} EP{lay.get('ep', 1)} ETP{lay.get('etp') or '-'} MBS{self.mbs}"
         return s
@@ -47,7 +47,7 @@ class Candidate:
             "step_time_s": _num(self.time, "step_time_s", "step_s", "step_time"),
             "tokens_per_s_per_gpu": _num(self.time, "tokens_per_s_per_gpu", "tokens_per_s_gpu"),
             "tflops_per_gpu": _num(self.time, "tflops_per_gpu", "model_tflops_per_gpu", "tflops"),
-            "peak_gib": _num(self.memory, "peak_gib", "max_peak_gib", "peak"),
+            "peak_gib": _num(self.memory, "peak_allocated_gib", "peak_gib", "max_peak_gib", "peak"),
             "headroom_gib": _num(self.memory, "headroom_gib", "headroom"),
         }
 
@@ -101,6 +101,8 @@ def read_plan(path: Path) -> PlanInput:
             if v is None:
                 continue
             layout[k] = v if k == "pipeline_layout" else _int(v, f"{where}.layout.{k}")
+        if layout.get("vpp") == 1:  # the planner writes VPP 1 for 'not interleaved'
+            del layout["vpp"]
         for k in ("tp", "pp", "cp", "ep"):
             layout.setdefault(k, 1)
         mbs = _int(lay_in.get("mbs", c.get("mbs", 1)), f"{where}.layout.mbs")
