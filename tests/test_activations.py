@@ -153,3 +153,10 @@ def test_allgather_dispatcher_gathers_whole_group_transiently():
     t = S * B
     assert ag == pytest.approx(t * 64 * (2 * H + 5 * 8))
     assert ag > a2a
+
+
+def test_te_cross_entropy_keeps_bf16_logits_only():
+    native_saved, native_tr = act.loss_stage_bytes(_dense(), cfg(), padded_vocab=1024)
+    te_saved, te_tr = act.loss_stage_bytes(_dense(), cfg(te_cross_entropy=True), padded_vocab=1024)
+    assert native_saved - te_saved == pytest.approx((4 - 2) * 1024 * S * B)
+    assert te_tr == 0 and native_tr == 2 * 1024 * S * B

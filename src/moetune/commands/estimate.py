@@ -181,7 +181,8 @@ def _check_integer_fields(cfg: dict) -> None:
 #: Features fields the memory model reads that the config reader may not map yet (field -> model.* key)
 _MEMORY_FIELDS = {"attention_backend": "attention_backend", "transformer_impl": "transformer_impl",
                   "attention_dropout": "attention_dropout", "hidden_dropout": "hidden_dropout",
-                  "cross_entropy_loss_fusion": "cross_entropy_loss_fusion"}
+                  "cross_entropy_loss_fusion": "cross_entropy_loss_fusion",
+                  "cross_entropy_fusion_impl": "cross_entropy_fusion_impl"}
 
 
 def with_memory_fields(job, cfg: dict):

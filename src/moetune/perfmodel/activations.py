@@ -102,6 +102,7 @@ class ActConfig:
     offload: frozenset[str] = frozenset()
     ep: int = 1
     allgather_dispatcher: bool = False
+    te_cross_entropy: bool = False
 
     @property
     def tokens(self) -> float:
@@ -309,12 +310,18 @@ def loss_stage_bytes(model: ModelArch, cfg: ActConfig, padded_vocab: int) -> tup
     Saved: final-norm input and output (the output layer's input, sequence-sharded) and the FP32 softmax of the
     vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py); input tensors (labels, masks).
     Transient: the BF16 logits while the FP32 copy exists (forward) / the BF16 gradient (backward).
+    With ``cross_entropy_fusion_impl='te'`` (and loss fusion on) the saved logits are BF16 and nothing is transient.
     """
     b16 = const("dtype_bytes")["bf16"]
     v_local = padded_vocab / cfg.tp
     saved = b16 * model.hidden_size * cfg.tokens_sp * 2
-    saved += const("loss_logits_bytes_retained") * v_local * cfg.tokens
     saved += const("input_tensors_bytes_per_token") * cfg.seq * cfg.mbs / cfg.cp
+    if cfg.te_cross_entropy:
+        # TE parallel cross entropy (transformer_engine/pytorch/cross_entropy.py) writes the logits gradient into
+        # the BF16 logits in forward and saves that tensor: no FP32 copy
+        saved += b16 * v_local * cfg.tokens
+        return saved, 0.0
+    saved += const("loss_logits_bytes_retained") * v_local * cfg.tokens
     transient = const("loss_logits_bytes_transient") * v_local * cfg.tokens
     return saved, transient
 

@@ -288,6 +288,7 @@ def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConf
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
         routing_factor=routing_factor(job), recompute=rec if recompute is None else recompute, offload=off,
         ep=lay.ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
+        te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
     )
 
 

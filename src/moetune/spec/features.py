@@ -143,3 +143,6 @@ class Features(BaseModel):
     attention_dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="TransformerConfig default 0.1.")
     hidden_dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="TransformerConfig default 0.1.")
     cross_entropy_loss_fusion: bool = Field(default=False, description="--cross-entropy-loss-fusion.")
+    cross_entropy_fusion_impl: Literal["native", "te"] = Field(
+        default="native", description="--cross-entropy-fusion-impl (te: TE parallel cross entropy, BF16 grad in place)."
+    )
