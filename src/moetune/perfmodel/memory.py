@@ -510,9 +510,17 @@ def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
     a.append(f"activations in {'FP8 (linear inputs) + ' if cfg.fp8 else ''}BF16; "
              f"{'unfused attention keeps a*s^2 softmax per layer' if cfg.unfused_attention else 'flash/fused attention (LSE only)'}")
     if job.model.is_moe:
-        a.append(f"expert token load factor rho={cfg.routing_factor:g} "
-                 f"({'force-balanced' if f.moe_router_force_load_balancing else 'capacity/imbalance setting'}); "
-                 "routing probs applied in the expert activation (FC2 output not kept)")
+        if f.moe_router_force_load_balancing:
+            why = "force-balanced routing"
+        elif f.moe_expert_capacity_factor is not None:
+            why = f"capacity factor {f.moe_expert_capacity_factor:g}"
+        elif cfg.routing_factor == 1.0:
+            why = ("natural dropless routing assumed balanced; hot expert ranks early in training can hold more "
+                   "tokens (give moe_routing_imbalance / --routing-imbalance)")
+        else:
+            why = "given imbalance factor"
+        a.append(f"expert token load factor rho={cfg.routing_factor:g} ({why}); routing probs applied in the "
+                 "expert activation (FC2 output not kept)")
     a.append("distributed optimizer shards: dense over DP*CP, experts over EDP" if f.use_distributed_optimizer
              else "no distributed optimizer: full optimizer state on every rank")
     a.append("peak = model state + in-flight microbatch activations at the schedule's worst point + one layer's "
