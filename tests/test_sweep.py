@@ -197,3 +197,24 @@ def test_reads_real_planner_output(tmp_path):
     assert r.returncode == 0, r.stderr
     md = (tmp_path / "r.md").read_text()
     assert "optimizer_state" in md and "comm_ep" in md
+
+
+def test_single_job_script_for_the_planner(tmp_path):
+    from moetune.catalog.models import get_model
+    from moetune.catalog.systems import get_system
+    from moetune.spec.job import Job
+    from moetune.spec.layout import Layout
+    from moetune.sweep.contract import Launcher
+    from moetune.sweep.slurm import render_bridge_script
+
+    job = Job(model=get_model("Qwen3-30B-A3B"), system=get_system("DGX-H100"), gpus=16, global_batch_size=256,
+              seq_length=4096, layout=Layout(ep=8))
+    text = render_bridge_script(job=job, recipe="qwen3_30b_a3b_pretrain_config",
+                                overrides=["model.expert_model_parallel_size=8", "'model.recompute_modules=[moe_act]'"],
+                                env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, nodes=2,
+                                launcher=Launcher(container_image="nvcr.io/nvidia/nemo:25.11", account="a"))
+    p = tmp_path / "job.sbatch"
+    p.write_text(text)
+    assert subprocess.run(["bash", "-n", str(p)]).returncode == 0
+    assert "#SBATCH --nodes=2" in text and "--container-image=nvcr.io/nvidia/nemo:25.11" in text
+    assert "run_recipe.py --recipe qwen3_30b_a3b_pretrain_config" in text and "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text

@@ -182,8 +182,8 @@ def render_batch(contract: Contract, run: RunSpec, *, sweep_name: str, run_dir: 
                                                "REPLAY_CMD": shlex.quote("; ".join(cmds))})
         payload = "export RUN_DIR\n" + payload
     return render("batch.sbatch", {
-        "SWEEP": sweep_name, "RUN": run.name, "PHASE": run.phase,
+        "SWEEP": f"sweep {sweep_name}", "RUN": run.name, "PHASE": run.phase,
         "DESCRIPTION": ("; ".join(run.notes) or run.phase).replace("\n", " "),
         "JOB_NAME": f"mt-{sweep_name}-{run.name}"[:64], "NODES": str(nodes), "TASKS_PER_NODE": str(tasks),
-        "TIME_LIMIT": lc.time_limit, "RUN_DIR": run_dir, "RUN_DIR_Q": shlex.quote(run_dir),
+        "TIME_LIMIT": lc.time_limit, "OUTPUT": f"{run_dir}/logs/slurm-%j.out", "RUN_DIR_Q": shlex.quote(run_dir),
         "SBATCH_EXTRA": "\n".join(extra), "ENV_EXPORTS": exports or "# (none)", "PAYLOAD": payload})

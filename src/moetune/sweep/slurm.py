@@ -1,0 +1,51 @@
+"""One self-contained Slurm batch script for a single planned Job (the planner's ``launch.slurm_script``).
+
+Same template as the sweep's runs (``templates/batch.sbatch``): one task per GPU started by ``srun``, RANK /
+WORLD_SIZE / LOCAL_RANK from Slurm, MASTER_ADDR = first node, the features' environment, Megatron-Bridge's
+``scripts/training/run_recipe.py`` with the recipe and Hydra overrides. Container image, mounts, account and
+partition come from an optional :class:`moetune.sweep.contract.Launcher`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from moetune.sweep.contract import Launcher
+from moetune.sweep.launcher import render
+
+
+def render_bridge_script(*, job: Any, recipe: str | None, overrides: list[str], env: dict[str, str], nodes: int,
+                         launcher: Launcher | None = None) -> str:
+    lc = launcher or Launcher()
+    gpn = min(job.system.gpus_per_node, job.gpus)
+    name = f"moetune-{job.model.name.lower().replace(' ', '-')}"
+    extra = [f"#SBATCH --gpus-per-node={gpn}", "#SBATCH --exclusive"]
+    if lc.account:
+        extra.append(f"#SBATCH --account={lc.account}")
+    if lc.partition:
+        extra.append(f"#SBATCH --partition={lc.partition}")
+    extra += [f"#SBATCH {x}" for x in lc.extra_sbatch]
+    srun = ["--ntasks-per-node", str(gpn), "--cpu-bind=none", "--kill-on-bad-exit=1"]
+    if lc.container_image:
+        srun += [f"--container-image={lc.container_image}", "--no-container-mount-home"]
+        if lc.container_mounts:
+            srun.append(f"--container-mounts={','.join(lc.container_mounts)}")
+    srun += lc.extra_srun
+    cmd = ["python", "scripts/training/run_recipe.py", "--recipe", recipe or "<recipe>_pretrain_config", *overrides]
+    rank = ("export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; "
+            f"cd {shlex.quote(lc.workdir)} && exec " + " ".join(shlex.quote(a) for a in cmd))
+    payload = "\n".join([
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_ADDR",
+        "export MASTER_PORT=29500",
+        f"srun {' '.join(shlex.quote(a) for a in srun)} bash -c {shlex.quote(rank)} \\",
+        '  > "$RUN_DIR/logs/train.log" 2>&1',
+    ])
+    return render("batch.sbatch", {
+        "SWEEP": "moetune plan", "RUN": name, "PHASE": "single", "DESCRIPTION": f"{job.gpus} x {job.system.name}",
+        "JOB_NAME": name[:64], "NODES": str(nodes), "TASKS_PER_NODE": str(gpn), "TIME_LIMIT": lc.time_limit,
+        "OUTPUT": "moetune-%x-%j.out", "RUN_DIR_Q": '"${SLURM_SUBMIT_DIR:-$PWD}/moetune-run-${SLURM_JOB_ID:-0}"',
+        "SBATCH_EXTRA": "\n".join(extra),
+        "ENV_EXPORTS": "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())) or "# (none)",
+        "PAYLOAD": payload})
