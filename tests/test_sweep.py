@@ -218,3 +218,16 @@ def test_single_job_script_for_the_planner(tmp_path):
     assert subprocess.run(["bash", "-n", str(p)]).returncode == 0
     assert "#SBATCH --nodes=2" in text and "--container-image=nvcr.io/nvidia/nemo:25.11" in text
     assert "run_recipe.py --recipe qwen3_30b_a3b_pretrain_config" in text and "export CUDA_DEVICE_MAX_CONNECTIONS=1" in text
+
+
+def test_baseline_from_megatron_golden_config(tmp_path, shared_data):
+    cfg = shared_data / "megatron_golden/case_gpt3_mcore_te_tp2_pp1_te_a2a_ovlp_8experts_etp1_ep4_config.yaml"
+    d = tmp_path / "s"
+    r = run_cli("sweep", "init", "--baseline", str(cfg), "--system", "DGX-H100", "--gpus", "8", "--out", str(d),
+                "--framework", "megatron-lm", "--json")
+    assert r.returncode == 0, r.stderr
+    contract = yaml.safe_load((d / "contract.yaml").read_text())
+    assert contract["layout"]["tp"] == 2 and contract["layout"]["ep"] == 4 and contract["shape"]["global_batch_size"] == 32
+    assert contract["model_arch"]["num_layers"] == 12  # proxy model, not in the catalog: embedded in the contract
+    la = (d / "runs/retune-ref/launch.sh").read_text()
+    assert "--num-layers" in la and "--expert-model-parallel-size" in la and "--overlap-moe-expert-parallel-comm" in la

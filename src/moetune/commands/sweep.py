@@ -54,7 +54,8 @@ def init_cmd(
 
     if (from_plan is None) == (baseline is None):
         raise InputError("give exactly one of --from-plan PLAN.json or --baseline CONFIG")
-    plan = read_plan(from_plan) if from_plan else read_baseline(baseline)  # type: ignore[arg-type]
+    plan = read_plan(from_plan) if from_plan else read_baseline(baseline, system=system, gpus=gpus,  # type: ignore[arg-type]
+                                                                model=model)
     if framework not in ("megatron-bridge", "megatron-lm"):
         raise InputError.bad_value("--framework", framework, "megatron-bridge or megatron-lm")
     if framework == "megatron-lm":

@@ -152,6 +152,7 @@ class Contract(BaseModel):
 
     schema_version: int = 1
     model: str
+    model_arch: dict[str, Any] | None = Field(default=None, description="full architecture when not in the catalog")
     hardware: Hardware
     versions: Versions = Field(default_factory=Versions)
     launcher: Launcher = Field(default_factory=Launcher)
@@ -173,6 +174,13 @@ class Contract(BaseModel):
 
     def sha256(self) -> str:
         return hashlib.sha256(self.to_yaml().encode()).hexdigest()
+
+    def arch(self):
+        """The model architecture (``ModelArch``): embedded, or from the catalog by name."""
+        from moetune.catalog.models import get_model
+        from moetune.spec.model import ModelArch
+
+        return ModelArch.model_validate(self.model_arch) if self.model_arch else get_model(self.model)
 
     def graph_scope(self) -> list[str]:
         return list(self.features.get("cuda_graph_scope") or [])

@@ -37,7 +37,6 @@ def render(name: str, values: dict[str, str]) -> str:
 
 def run_job(contract: Contract, run: RunSpec):
     """The run as a moetune ``Job`` (model and system from the catalogs)."""
-    from moetune.catalog.models import get_model
     from moetune.catalog.systems import get_system
     from moetune.spec.features import Features
     from moetune.spec.job import Job
@@ -47,7 +46,7 @@ def run_job(contract: Contract, run: RunSpec):
     feats = Features(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in run.features.items()
                         if k in fields and k != "precision"}, precision=run.precision)
     layout = Layout(**{k: v for k, v in run.layout.items() if k in set(Layout.model_fields)})
-    return Job(model=get_model(contract.model), system=get_system(contract.hardware.system), gpus=run.gpus,
+    return Job(model=contract.arch(), system=get_system(contract.hardware.system), gpus=run.gpus,
                global_batch_size=contract.shape.global_batch_size, micro_batch_size=run.mbs,
                seq_length=contract.shape.seq_length, layout=layout, features=feats)
 

@@ -59,6 +59,7 @@ class PlanInput:
     source: str
     searched: int | None = None
     feasible: int | None = None
+    model_arch: dict[str, Any] | None = None  # a model that is not in the catalog (read from a config)
 
 
 def _num(d: dict[str, Any], *keys: str) -> float | None:
@@ -127,20 +128,31 @@ def read_plan(path: Path) -> PlanInput:
                      searched=data.get("searched"), feasible=data.get("feasible"))
 
 
-def read_baseline(path: Path) -> PlanInput:
-    """A baseline config (Bridge YAML / Megatron-LM args) as a one-candidate plan, through the config readers."""
-    try:
-        from moetune.io.config_to_job import config_to_job  # type: ignore[import-not-found]
-    except ImportError:
-        config_to_job = None
-    if config_to_job is None:
-        raise InputError(f"{path}: --baseline needs moetune.io.config_to_job (the config readers), which this "
-                         "install does not have yet; use --from-plan PLAN.json")
-    job = config_to_job(path)
+def read_baseline(path: Path, *, system: str | None = None, gpus: int | None = None,
+                  model: str | None = None) -> PlanInput:
+    """A baseline config (Bridge YAML, Megatron-LM args / model_config.yaml, moetune job JSON) as a one-candidate
+    plan, through the config readers that ``moetune check`` uses."""
+    from moetune.commands.check import load_input
+    from moetune.io.config_to_job import job_from_config
+
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (expected a baseline config)")
+    cfg = load_input(str(path), None, None)
+    job = job_from_config(cfg, system=system, gpus=gpus, model=model)
     layout = {k: getattr(job.layout, k, None) for k in LAYOUT_FIELDS}
     layout = {k: v for k, v in layout.items() if v is not None}
+    if layout.get("vpp") == 1:
+        del layout["vpp"]
     feats = job.features.model_dump(mode="json")
     req = {"model": job.model.name, "system": job.system.name, "gpus": job.gpus,
            "global_batch_size": job.global_batch_size, "seq_length": job.seq_length,
            "precision": job.features.precision}
-    return PlanInput(request=req, candidates=[Candidate(0, layout, job.micro_batch_size, feats)], source=str(path))
+    arch = None
+    try:
+        from moetune.catalog.models import get_model
+
+        get_model(job.model.name)
+    except Exception:
+        arch = job.model.model_dump(mode="json")
+    return PlanInput(request=req, candidates=[Candidate(0, layout, job.micro_batch_size, feats)], source=str(path),
+                     model_arch=arch)

@@ -52,12 +52,13 @@ def _features_with_defaults(feats: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _model_info(model: str) -> dict[str, Any]:
+def _model_info(model: str, arch: dict[str, Any] | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {"moe": True, "mla": False}
     try:
         from moetune.catalog.models import get_model
+        from moetune.spec.model import ModelArch
 
-        m = get_model(model)
+        m = ModelArch.model_validate(arch) if arch else get_model(model)
         info.update(moe=m.is_moe, mla=m.multi_latent_attention, name=m.name)
     except Exception:  # unknown model: keep generic MoE defaults, recorded as an assumption
         info["assumption"] = f"model {model!r} not in the catalog: generic MoE retune candidates"
@@ -103,7 +104,7 @@ def build_contract(plan: PlanInput, cand: Candidate, *, opts: dict[str, Any]) ->
         versions = versions.model_copy(update={"container": launcher.container_image})
     env = cand.launch.get("env") if isinstance(cand.launch.get("env"), dict) else {}
     contract = Contract(
-        model=str(req["model"]),
+        model=str(req["model"]), model_arch=plan.model_arch,
         hardware=Hardware(system=system.name, gpu_type=system.gpu.name, gpus=gpus, gpus_per_node=system.gpus_per_node,
                           nodes=max(1, -(-gpus // system.gpus_per_node)), nvlink_domain=system.nvlink_domain),
         versions=versions, launcher=launcher,
@@ -118,7 +119,7 @@ def build_contract(plan: PlanInput, cand: Candidate, *, opts: dict[str, Any]) ->
         validate=validate_window(opts.get("validate_steps", 50)),
         dry_run_replay=bool(opts.get("replay")),
     )
-    info = _model_info(str(req["model"]))
+    info = _model_info(str(req["model"]), plan.model_arch)
     info["arch"] = system.gpu.arch
     return contract, info
 
