@@ -542,6 +542,10 @@ def _resolve_mlm_specials(cfg: dict) -> None:
                              f"({nl}/{pp})")
         vpp = nl // pp // per_stage
         model["virtual_pipeline_model_parallel_size"] = vpp if vpp > 1 else None
+    # MLM validate_args: a single load-balancing type / aux-loss coefficient is passed on as a scalar
+    for k in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):
+        if isinstance(model.get(k), list) and len(model[k]) == 1:
+            model[k] = model[k][0]
     if model.get("num_moe_experts") == 0:
         model["num_moe_experts"] = None  # MLM maps --num-experts 0 to None (MLM-003)
     if model.get("bf16"):

@@ -16,6 +16,12 @@ from moetune.rules.engine import CheckResult
 
 _DTYPE_FIELDS = ("params_dtype", "pipeline_dtype", "autocast_dtype")
 #: fields whose values are callables/objects in MCore; a string cannot be passed through
+#: kernel-availability flags MCore validates against the installed Transformer Engine / GPU; a CPU-only install
+#: cannot have them, so they are turned off for the cross-check (moetune's env rules, e.g. MOE-029/MOE-067, cover
+#: them when --te is given)
+KERNEL_FLAGS = ("apply_rope_fusion", "moe_permute_fusion", "moe_router_fusion", "gradient_accumulation_fusion",
+                "bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
+                "cross_entropy_loss_fusion", "use_transformer_engine_op_fuser")
 _SKIP = {"activation_func", "init_method", "output_layer_init_method", "bias_init_method", "no_sync_func",
          "grad_sync_func", "param_sync_func", "finalize_model_grads_func", "grad_scale_func", "timers",
          "barrier_with_L1_time", "transformer_layer_spec", "quant_recipe"}
@@ -45,11 +51,16 @@ def build_kwargs(model: dict) -> dict[str, Any]:
     for k, v in model.items():
         if k.startswith("_") or k in _SKIP or k not in names:
             continue
+        if isinstance(v, str) and v.startswith("<"):  # placeholder (e.g. layout rebuilt by a recipe builder)
+            continue
         if k in _DTYPE_FIELDS and isinstance(v, str):
             v = getattr(torch, v, None)
             if v is None:
                 continue
         kw[k] = v
+    for k in KERNEL_FLAGS:
+        if k in kw and kw[k]:
+            kw[k] = False
     if "cuda_graph_modules" not in names and "cuda_graph_scope" in names:
         mods = model.get("cuda_graph_modules")
         if mods:
@@ -86,7 +97,14 @@ def crosscheck_mcore(res: CheckResult) -> dict[str, Any]:
                 "summary": f"megatron-core {version} could not evaluate this config without its runtime "
                            f"({e.__class__.__name__})"}
     except Exception as e:  # noqa: BLE001 - any assertion/ValueError is MCore's verdict
-        verdict, message = "error", f"{e.__class__.__name__}: {' '.join(str(e).split())[:300]}"
+        text = " ".join(str(e).split())
+        if isinstance(e, TypeError) and "Version" in text or "install TE" in text or "Transformer Engine" in text:
+            # a version lookup of an absent Transformer Engine: not a config verdict
+            return {"available": True, "version": version, "verdict": "environment",
+                    "message": f"{e.__class__.__name__}: {text[:300]}", "moetune_errors": [f.id for f in ours],
+                    "summary": f"megatron-core {version} needs Transformer Engine to evaluate this config "
+                               f"({text[:120]})"}
+        verdict, message = "error", f"{e.__class__.__name__}: {text[:300]}"
     agree = (verdict == "error") == bool(ours)
     disagreements = []
     if verdict == "error" and not ours:

@@ -137,7 +137,7 @@ rule("MOE-025", A, E, "C", ["model.moe_router_enable_expert_bias", "model.moe_ro
      "expert bias (aux-loss-free balancing) requires sigmoid or sqrtsoftplus scoring", "TC L2380",
      fix={"model.moe_router_score_function": "sigmoid"})
 rule("MOE-026", A, E, "C", ["model.moe_router_load_balancing_type", "model.moe_aux_loss_coeff"],
-     lambda c: isinstance(c.m("moe_router_load_balancing_type"), list) and len(c.m("moe_router_load_balancing_type")) > 1
+     lambda c: isinstance(c.m("moe_router_load_balancing_type"), list)
      and (not isinstance(c.m("moe_aux_loss_coeff"), list)
           or len(c.m("moe_aux_loss_coeff")) != len(c.m("moe_router_load_balancing_type"))),
      "a list of load-balancing types needs one moe_aux_loss_coeff per type", "TC L1711",
