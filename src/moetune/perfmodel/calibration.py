@@ -139,8 +139,21 @@ def load_efficiency(path: str | Path | None = None) -> Efficiency:
     return _parse(data, str(p))
 
 
+_HEADER = """\
+# Efficiency parameters of the moetune step-time model (moetune.perfmodel.calibration).
+#
+# Each parameter is a physical fraction or cost, named for what it is: the step-time model divides work (FLOPs,
+# bytes, kernel launches) by peak rates from the system catalog times these fractions. `value` is what the model
+# uses; `prior` is the documented starting point the fit is weakly pulled to (weight `prior_weight`), with its
+# `source`; `bounds` are hard limits. `constants` are counts and sizes read from sources (not fitted).
+# `fit` says how the values were fitted (moetune calibrate / bench/steptime_accuracy.py --refit --write-catalog).
+# Pass a file of this format with `moetune estimate ... --efficiency FILE` or MOETUNE_EFFICIENCY=FILE.
+"""
+
+
 def save_efficiency(eff: Efficiency, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(eff.to_yaml_dict(), sort_keys=False, width=120))
+    """Write ``eff`` in the catalog format (readable by :func:`load_efficiency`)."""
+    Path(path).write_text(_HEADER + yaml.safe_dump(eff.to_yaml_dict(), sort_keys=False, width=120))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -189,7 +202,7 @@ def fit(
         return np.concatenate([r, w * (x - prior)])
 
     res = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.15, max_nfev=max_nfev,
-                        diff_step=1e-3, x_scale=1.0)
+                        diff_step=1e-3, x_scale=1.0, ftol=1e-5, xtol=1e-5, gtol=1e-6)
     vals = dict(zip(names, (float(v) for v in np.exp(res.x)), strict=True))
     eff = base.with_values(vals)
     r = resid(res.x)[: len(meas)]

@@ -156,9 +156,16 @@ def residual_bytes(width: float) -> float:
     return 3 * width * BF16_BYTES
 
 
-def glu_bytes(width: float, gated: bool) -> float:
-    """SwiGLU / GeLU activation: read FC1 output (2·width if gated), write width."""
-    return (3 if gated else 2) * width * BF16_BYTES
+#: elementwise passes of each MLP activation over the FC1 output. SwiGLU/GeGLU/GeLU/ReLU run as one fused
+#: kernel (MCore ``bias_swiglu_impl`` / TE fused activations); squared ReLU is relu then square (2 torch ops);
+#: GPT-OSS's clamped SwiGLU (``x_glu.clamp``, ``x_lin.clamp``, ``sigmoid(alpha·x_glu)``, products, ``+1``) runs as
+#: about five unfused torch ops (megatron/core/fusions ``fused_bias_geglu``-less path for ``glu_linear_offset``).
+ACT_PASSES = {"swiglu": 1.0, "geglu": 1.0, "gelu": 1.0, "relu": 1.0, "squared_relu": 2.0, "swiglu_clamped": 5.0}
+
+
+def glu_bytes(width: float, gated: bool, activation: str = "swiglu") -> float:
+    """MLP activation: read FC1 output (2·width if gated), write width, once per elementwise pass."""
+    return ACT_PASSES.get(activation, 1.0) * (3 if gated else 2) * width * BF16_BYTES
 
 
 def rope_bytes(width: float) -> float:

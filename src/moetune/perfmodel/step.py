@@ -260,14 +260,15 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     if mlp != "_":
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mlp == "D":
-        wl.mem(t_a * K.glu_bytes(model.ffn_hidden_size, model.gated_linear_unit) / tp, tag="mlp_act", layer=i)
+        wl.mem(t_a * K.glu_bytes(model.ffn_hidden_size, model.gated_linear_unit, model.activation) / tp, tag="mlp_act", layer=i)
     elif mlp == "E":
         wl.mem(t_gpu * K.router_bytes(E, k_top), tag="router", layer=i)
         wl.mem(t_gpu * K.permute_bytes(h, k_top), tag="moe_perm", layer=i)
-        wl.mem(t_gpu * k_top * K.glu_bytes(model.moe_ffn_hidden_size or 0, model.gated_linear_unit) / etp,
+        wl.mem(t_gpu * k_top * K.glu_bytes(model.moe_ffn_hidden_size or 0, model.gated_linear_unit, model.activation) / etp,
                tag="moe_act", layer=i)
         if model.moe_shared_expert_intermediate_size:
-            wl.mem(t_a * K.glu_bytes(model.moe_shared_expert_intermediate_size, model.gated_linear_unit) / tp,
+            wl.mem(t_a * K.glu_bytes(model.moe_shared_expert_intermediate_size, model.gated_linear_unit,
+                                    model.activation) / tp,
                    tag="shared", layer=i)
     if quant and cast_elems:
         wl.mem(t_gpu * K.cast_bytes(cast_elems, qb), tag="other", layer=i)
