@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import DATA, run_cli
 
 RECIPE = "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config"
