@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import DATA
 
+from conftest import DATA
 from moetune.catalog.recipes import recipe_config
 from moetune.errors import InputError
 from moetune.io.config_to_job import job_from_config, job_to_config
@@ -61,3 +61,13 @@ def test_job_to_config_round_trips_through_checker():
 def test_job_from_config_errors(cfg, needle):
     with pytest.raises(InputError, match=needle):
         job_from_config(cfg, gpus=8 if needle != "world size" else None)
+
+
+def test_bridge_overrides_round_trip_through_checker():
+    from moetune.io.config_to_job import config_to_bridge_overrides
+    from moetune.io.overrides import apply_overrides
+
+    cfg = recipe_config("deepseek_v3_pretrain_256gpu_b200_bf16_config")
+    rebuilt = apply_overrides({"frontend": "bridge"}, config_to_bridge_overrides(cfg))
+    rebuilt["_meta"] = cfg["_meta"]
+    assert check_config(rebuilt).effective["model"] == check_config(cfg).effective["model"]

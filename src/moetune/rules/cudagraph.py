@@ -154,6 +154,15 @@ rule("CG-026", A, RT, "R", ["model.cuda_graph_impl", "model.cuda_graph_modules"]
          c.get("dataset.packed_sequence_specs") or c.get("dataset.offline_packing_specs")),
      "TE CUDA graphs cannot capture attention with packed (THD) sequences", "transformer_layer.py _te_cuda_graph_replay",
      fix=lambda c: {"model.cuda_graph_modules": [m for m in c.cg_mods if m != "attn"] or ["moe_router"]})
+rule("CG-027", A, E, "C", ["dataset.offline_packing_specs", "dataset.pad_to_max_length", "model.cuda_graph_impl",
+                           "model.cuda_graph_modules"],
+     lambda c: bool(c.get("dataset.offline_packing_specs")) and (c.te_graph or c.full_iter_graph) and (
+         not c.get("dataset.pad_to_max_length")
+         or (("attn" in c.cg_mods or not c.cg_mods) and not (c.get("dataset.offline_packing_specs") or {}).get(
+             "pad_cu_seqlens"))),
+     "packed sequences with CUDA graphs need pad_to_max_length (static width) and padded cu_seqlens when attention "
+     "is captured", "B/cfg validate",
+     fix={"dataset.pad_to_max_length": True, "dataset.offline_packing_specs.pad_cu_seqlens": True})
 rule("CG-028", A, E, "C", ["dataset.packing_buffer_size", "model.cuda_graph_impl"],
      lambda c: c.get("dataset.packing_buffer_size") is not None and c.cg_impl != "none",
      "Energon native packing does not support CUDA graphs", "B/cfg validate", fix={"model.cuda_graph_impl": "none"})

@@ -104,7 +104,7 @@ GPU_CC: dict[str, tuple[tuple[int, int], str]] = {
     "a100": ((8, 0), "NVIDIA A100"), "h100": ((9, 0), "NVIDIA H100"), "h200": ((9, 0), "NVIDIA H200"),
     "h20": ((9, 0), "NVIDIA H20"), "b200": ((10, 0), "NVIDIA B200"), "gb200": ((10, 0), "NVIDIA GB200"),
     "b300": ((10, 3), "NVIDIA B300"), "gb300": ((10, 3), "NVIDIA GB300"), "rtx6000": ((12, 0), "NVIDIA RTX PRO 6000"),
-    "l40s": ((8, 9), "NVIDIA L40S"),
+    "l40s": ((8, 9), "NVIDIA L40S"), "v100": ((7, 0), "Tesla V100"),
 }
 
 

@@ -34,6 +34,10 @@ _both("MLM-001", ["model.tensor_model_parallel_size", "model.context_parallel_si
 _both("MLM-002", ["model.tp_comm_overlap", "model.sequence_parallel"],
       lambda c: bool(c.m("tp_comm_overlap")) and not c.m("sequence_parallel"),
       "tp_comm_overlap requires sequence_parallel", "MLM validate_args", fix={"model.sequence_parallel": True})
+_both("MLM-004", ["model.moe_grouped_gemm", "env.gpu"],
+      lambda c: c.is_moe and bool(c.m("moe_grouped_gemm")) and c.gpu_is(lambda cc, n: cc < (8, 0)),
+      "moe_grouped_gemm requires GPU compute capability >= 8.0", "MLM validate_args",
+      fix={"model.moe_grouped_gemm": False}, env=("GPU type",))
 _both("MLM-005", ["ddp.overlap_param_gather", "ddp.use_distributed_optimizer", "ddp.overlap_grad_reduce"],
       lambda c: bool(c.get("ddp.overlap_param_gather")) and not c.fsdp and (
           not c.dist_opt or not c.get("ddp.overlap_grad_reduce")),

@@ -66,6 +66,10 @@ rule("MOE-008", A, RT, "B", ["model.add_bias_linear", "model.bias_dropout_fusion
      and bool(c.m("moe_grouped_gemm")) and c.m("transformer_impl", "transformer_engine") == "transformer_engine",
      "bias_dropout_fusion is not supported in TEGroupedMLP with bias", "moe/experts.py TEGroupedMLP.__init__",
      fix={"model.bias_dropout_fusion": False})
+rule("MOE-009", A, W_, "B", ["model.moe_grouped_gemm", "env.te"],
+     lambda c: c.is_moe and bool(c.m("moe_grouped_gemm")) and c.te_below("1.9.0") is True,
+     "moe_grouped_gemm without TE GroupedLinear silently falls back to SequentialMLP (slow)",
+     "extensions/transformer_engine_spec_provider.py grouped_mlp_modules")
 rule("MOE-010", A, E, "C", ["model.moe_single_grouped_weight", "model.moe_grouped_gemm",
                             "model.use_transformer_engine_op_fuser"],
      lambda c: bool(c.m("moe_single_grouped_weight") or c.m("moe_single_grouped_bias")) and (
