@@ -30,11 +30,14 @@ def suggestions_for_impossible(res) -> dict[str, Any]:
         return info
     info["summary"] = (f"{res.layouts} layouts enumerated; none fits {req.system.gpu.hbm_gib:.1f} GiB with "
                        f"{req.min_headroom_gib} GiB headroom")
-    for over, job, mem in res.closest[:3]:
+    from moetune.perfmodel.memory import estimate_memory
+
+    for _over, job in res.closest[:3]:
+        mem = estimate_memory(job)
         peak = max((getattr(s, "reserved_gib", None) or s.peak_allocated_gib) for s in mem.stages)
         info["closest"].append({"layout": job.layout.short() + f" MBS{job.micro_batch_size}",
                                 "peak_gib": round(peak, 2), "capacity_gib": req.system.gpu.hbm_gib,
-                                "over_gib": round(over, 2)})
+                                "over_gib": round(peak + req.min_headroom_gib - req.system.gpu.hbm_gib, 2)})
     if req.max_recompute != "full":
         info["what_would_fit"].append("allow full recompute (--max-recompute full)")
     if not req.allow_offload:
