@@ -112,9 +112,14 @@ def test_replayed_sweep_on_real_slurm(tmp_path, shared_data):
     assert runs["retune-ref"]["accepted"], runs["retune-ref"]["reasons"]
     assert runs["validate-winner"]["accepted"], runs["validate-winner"]["reasons"]
     assert runs["validate-winner"]["window"] == [41, 50]
-    csv_text = (d / "collect/calibration.csv").read_text().splitlines()
+    csv_text = (d / "collect/runs.csv").read_text().splitlines()
     assert csv_text[0].startswith("release,model,task,system,num_gpus,precision,gbs,mbs,seq_len,tp,pp")
     assert len(csv_text) == len(names) + 1
+    import csv
+
+    cal = list(csv.DictReader((d / "collect/calibration.csv").open()))
+    assert cal and all(r["status"] == "accepted" and float(r["model_tflops_per_gpu"]) > 0 for r in cal)
+    assert all(r["predicted_step_time_s"] for r in cal if r["run"] == "retune-ref")
 
     html = tmp_path / "report.html"
     r = run_cli("report", str(d), "--html", str(html), "--md", str(tmp_path / "report.md"))

@@ -10,8 +10,9 @@ way is 'unverified' (reported; the run can still win only if nothing contradicts
 
 Winner per phase: the fastest accepted run by steady-window step time, kept only when the A/B verdict against the
 phase reference is an improvement beyond noise (``compare_runs``' bootstrap interval); otherwise the reference stays.
-Outputs: ``collect/results.json`` and ``collect/calibration.csv`` (the columns of
-``shared/data/perf/mbridge_perf_calibration.csv`` that ``moetune calibrate`` reads, plus predicted/measured pairs).
+Outputs: ``collect/results.json``, ``collect/runs.csv`` (every run, predicted vs measured, with the columns of
+``shared/data/perf/mbridge_perf_calibration.csv`` plus predicted/measured pairs and acceptance) and
+``collect/calibration.csv`` (the accepted runs with a measured model TFLOP/s: the input of ``moetune calibrate``).
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
         checks.append(_check("log_present", FAIL, f"no training log in {rdir / 'logs'} (job not run or failed early)"))
     else:
         try:
-            log = read_log_evidence(logs[0], window)
+            log = read_log_evidence(logs[0], window, gpus=man["gpus"], seq_length=contract.shape.seq_length,
+                                    global_batch_size=contract.shape.global_batch_size)
             checks.append(_check("log_present", PASS, logs[0].name))
         except EvidenceUnavailable as exc:
             checks.append(_check("log_present", UNVERIFIED, str(exc)))
@@ -140,9 +142,15 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
             span = f"{min(its)}-{max(its)}" if its else "none"
             checks.append(_check("steady_window", FAIL, f"declared window {window[0]}-{window[1]} not in the log "
                                  f"(iterations seen: {span})"))
+        tflops = log["tflops_per_gpu"]
+        tflops_source = "log"
+        if tflops is None and log["tokens_per_s_per_gpu"]:
+            tflops = _model_tflops(contract, man, log["tokens_per_s_per_gpu"])
+            tflops_source = "tokens/s x Bridge FLOPs/token"
         res.update(step_time_s=log["step_time_s"], tokens_per_s_per_gpu=log["tokens_per_s_per_gpu"],
-                   tflops_per_gpu=log["tflops_per_gpu"], peak_mem_gib=peak_memory_gib(log["memory"]),
-                   window_step_s=log["window_step_s"], log_source=log["source"], versions=log["versions"])
+                   tflops_per_gpu=tflops, tflops_source=tflops_source, peak_mem_gib=peak_memory_gib(log["memory"]),
+                   window_step_s=log["window_step_s"], log_source=log["source"], versions=log["versions"],
+                   evidence_notes=log["notes"])
     # contract
     broken = []
     if not contract_ok:
@@ -202,6 +210,18 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
     res["unverified"] = [c["reason"] for c in checks if c["status"] == UNVERIFIED]
     res["_record"] = log["record"] if log else None
     return res
+
+
+def _model_tflops(contract, man: dict, tokens_per_s_per_gpu: float) -> float | None:
+    """Model TFLOP/s/GPU = tokens/s/GPU x model FLOPs per token (Bridge ``num_floating_point_operations``
+    definition, ``moetune.perfmodel.flops.flops_per_token``) / 1e12."""
+    try:
+        from moetune.perfmodel.flops import flops_per_token
+
+        fpt = flops_per_token(contract.arch(), contract.shape.seq_length, tp=int(man["layout"].get("tp") or 1)).total
+    except Exception:  # a model the FLOPs counter cannot describe: leave TFLOP/s unknown
+        return None
+    return tokens_per_s_per_gpu * fpt / 1e12
 
 
 def _undeclared_changes(man: dict, ref: dict) -> list[str]:
@@ -368,15 +388,21 @@ def collect_sweep(d: Path) -> dict[str, Any]:
     out_dir = d / "collect"
     out_dir.mkdir(exist_ok=True)
     rows = _calibration_rows(results, contract, sweep)
-    with (out_dir / "calibration.csv").open("w", newline="") as fh:
+    # every run, predicted vs measured (rejected runs with their reasons)
+    with (out_dir / "runs.csv").open("w", newline="") as fh:
         wr = csv.DictWriter(fh, fieldnames=CALIBRATION_COLUMNS + EXTRA_COLUMNS)
         wr.writeheader()
         wr.writerows(rows)
+    # what `moetune calibrate` fits from: accepted runs with a measured model TFLOP/s
+    with (out_dir / "calibration.csv").open("w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=CALIBRATION_COLUMNS + EXTRA_COLUMNS)
+        wr.writeheader()
+        wr.writerows(r for r in rows if r["accepted"] and r["model_tflops_per_gpu"])
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     doc = {"sweep": sweep["name"], "contract_ok": contract_ok, "contract": contract.model_dump(mode="json",
                                                                                              by_alias=True),
            "runs": public, "ab": abs_, "winners": winners, "validate": validate_note,
            "accepted": sum(r["accepted"] for r in results), "rejected": sum(not r["accepted"] for r in results),
-           "calibration_csv": str(out_dir / "calibration.csv")}
+           "calibration_csv": str(out_dir / "calibration.csv"), "runs_csv": str(out_dir / "runs.csv")}
     (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str))
     return doc

@@ -89,11 +89,22 @@ def _f(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def read_log_evidence(path: Path, window: tuple[int, int]) -> dict[str, Any]:
-    """The log's record and its steady-window summary, in the JSON shape of ``moetune logs --json``."""
+def read_log_evidence(path: Path, window: tuple[int, int], *, gpus: int | None = None,
+                      seq_length: int | None = None, global_batch_size: int | None = None) -> dict[str, Any]:
+    """The log's record and its steady-window summary, in the JSON shape of ``moetune logs --json``.
+
+    ``gpus``/``seq_length``/``global_batch_size`` are what the run was launched with; they let the reader report
+    tokens/s/GPU when the log omits them (golden-values JSON prints no batch shape). What the log itself states is
+    read first (``observed``) so the contract check never sees the launch values."""
     read_run, summarize_run = _log_api()
     rec = read_run(path)
-    summ = as_dict(summarize_run(rec, window=window))
+    observed = _contract_fields(rec)
+    notes = []
+    if global_batch_size and observed.get("global_batch_size") is None and isinstance(getattr(rec, "config", None),
+                                                                                         dict):
+        rec.config["train.global_batch_size"] = global_batch_size
+        notes.append(f"global batch size {global_batch_size} from the launch (the log does not print it)")
+    summ = as_dict(summarize_run(rec, window=window, gpus=gpus, seq_length=seq_length))
     it = getattr(rec, "iterations", None)
     iters = it.col("iteration") if it is not None and len(it) else np.zeros(0)
     gbs = it.col("gbs") if it is not None and len(it) else np.zeros(0)
@@ -120,7 +131,8 @@ def read_log_evidence(path: Path, window: tuple[int, int]) -> dict[str, Any]:
         "skipped_iterations": loss.get("skipped_iterations"),
         "memory": summ.get("memory") or {},
         "config": summ.get("config") or as_dict(getattr(rec, "config", {}) or {}),
-        "observed": _contract_fields(rec),
+        "observed": observed,
+        "notes": notes + list(summ.get("notes") or []),
         "versions": as_dict(getattr(rec, "versions", {}) or {}),
         "signals": [{"kind": getattr(s, "kind", ""), "line": getattr(s, "line", None),
                      "text": getattr(s, "text", "")} for s in (getattr(rec, "signals", None) or [])],
