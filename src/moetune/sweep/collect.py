@@ -275,7 +275,7 @@ def _ab(ref: dict, cand: dict) -> dict[str, Any]:
     return row
 
 
-def _winner(results: list[dict], phase: str, abs_: list[dict]) -> dict[str, Any] | None:
+def _winner(results: list[dict], phase: str, abs_: list[dict], sweep_candidate: int = 0) -> dict[str, Any] | None:
     rows = [r for r in results if r["phase"] == phase]
     if not rows:
         return None
@@ -286,12 +286,22 @@ def _winner(results: list[dict], phase: str, abs_: list[dict]) -> dict[str, Any]
         better = [a for a in abs_ if a.get("verdict") == "improvement"]
         if better:
             best = min(better, key=lambda a: a.get("delta_pct") if a.get("delta_pct") is not None else 0.0)
+            ci = best.get("ci_pct") or []
+            ci_s = f" (CI {ci[0]:+.1f} .. {ci[1]:+.1f} %)" if len(ci) == 2 else ""
             return {"phase": phase, "run": best["b"], "reason": f"improvement beyond noise vs {best['a']}: "
-                    f"{best.get('delta_pct')} % (CI {best.get('ci_pct')})"}
+                    f"{best.get('delta_pct'):+.1f} %{ci_s}"}
         ref = next((r for r in acc if r["run"] == "retune-ref"), None)
         return {"phase": phase, "run": ref["run"] if ref else None,
                 "reason": "no candidate beat the reference beyond noise"}
     best = min(acc, key=lambda r: r["step_time_s"])
+    base = next((r for r in acc if r["run"] in (f"{phase}-base", f"{phase}-c{sweep_candidate}")), None)
+    if phase == "scale" and base is not None and best is not base:
+        row = _ab(base, best)
+        if row.get("verdict") != "improvement":
+            return {"phase": phase, "run": base["run"], "reason": f"{best['run']} is not faster beyond noise "
+                    f"({row.get('verdict')}: {row.get('delta_pct')} %); keep the planner's choice"}
+        return {"phase": phase, "run": best["run"], "reason": f"faster than {base['run']} beyond noise: "
+                f"{row.get('delta_pct'):+.1f} % (CI {row.get('ci_pct')})"}
     return {"phase": phase, "run": best["run"], "reason": f"fastest accepted steady-window step time "
             f"{best['step_time_s']:.4g} s"}
 
@@ -383,7 +393,7 @@ def collect_sweep(d: Path) -> dict[str, Any]:
     abs_ = [_ab(by_name[r["reference"]], r) for r in results
             if r["phase"] == "retune" and r.get("reference") in by_name]
     winners = [w for p in ("fit", "scale", "profile", "retune", "validate")
-               if (w := _winner(results, p, abs_)) is not None]
+               if (w := _winner(results, p, abs_, int(sweep.get("candidate", 0)))) is not None]
     validate_note = _regenerate_validate(d, sweep, contract, winners, by_name)
     out_dir = d / "collect"
     out_dir.mkdir(exist_ok=True)
