@@ -97,12 +97,6 @@ def register(app: typer.Typer) -> None:
         given = {"model": model, "system": system, "gpus": gpus, "gbs": gbs, "seq": seq, "precision": precision}
         used_default = [k for k, v in given.items() if v is None]
         vals = {k: (v if v is not None else DEFAULT[k]) for k, v in given.items()}
-        if len(used_default) == len(given):
-            err_console.print(
-                "Planning the embedded default: DeepSeek-V3 on 256 x DGX-H100, GBS 4096, sequence 4096, BF16 "
-                "(pass --model/--system/--gpus/--gbs/--seq/--precision to plan your own job).")
-        elif used_default:
-            err_console.print("defaults used for: " + ", ".join(f"{k}={DEFAULT[k]}" for k in used_default))
         if max_recompute not in ("none", "selective", "full"):
             raise InputError.bad_value("--max-recompute", max_recompute, "none, selective or full")
         disp = tuple(d.strip().lower() for d in dispatchers.split(",") if d.strip())
@@ -124,8 +118,15 @@ def register(app: typer.Typer) -> None:
             precs = (parse_precision(fixd.pop("precision")),)
         if "dispatcher" in fixd:
             disp = (str(fixd.pop("dispatcher")).lower(),)
+        model_arch, system_obj = get_model(str(vals["model"])), get_system(str(vals["system"]))
+        if len(used_default) == len(given):
+            err_console.print(
+                "Planning the embedded default: DeepSeek-V3 on 256 x DGX-H100, GBS 4096, sequence 4096, BF16 "
+                "(pass --model/--system/--gpus/--gbs/--seq/--precision to plan your own job).")
+        elif used_default:
+            err_console.print("defaults used for: " + ", ".join(f"{k}={DEFAULT[k]}" for k in used_default))
         req = PlanRequest(
-            model=get_model(str(vals["model"])), system=get_system(str(vals["system"])), gpus=int(vals["gpus"]),
+            model=model_arch, system=system_obj, gpus=int(vals["gpus"]),
             global_batch_size=int(vals["gbs"]), seq_length=int(vals["seq"]), precisions=precs, mbs_options=mbs_opts,
             fix=fixd, dispatchers=disp, max_recompute=max_recompute, min_headroom_gib=min_headroom_gib,
             top=top, allow_offload=not no_offload,

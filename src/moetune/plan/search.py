@@ -9,9 +9,9 @@ Order of the workflow, as implemented:
    activation-saving feature the search enumerates is bounded by the full-recompute activations).
    Offloading is tried only when no layout fits without it.
 3. **Retune** the features of each fitting layout (dispatcher and flex backend where the hardware gates allow,
-   EP overlap and delayed wgrad, CUDA-graph scope, precision). A variant is skipped without evaluation only when
-   the layout's compute wall already exceeds the k-th best step time found so far: the step time of the time model
-   is never below its compute wall, and the enumerated variants never lower compute, so it cannot win.
+   EP overlap and delayed wgrad, CUDA-graph scope, precision). A layout's variants are skipped without evaluation
+   only when :func:`variant_floor` of its base estimate already exceeds the k-th best step time found so far: the
+   walls no variant can shorten add up to more than a winner's whole step, so no variant can win.
 4. **Reject** what the checker rejects (any ``error*`` finding of :func:`moetune.rules.check_job`).
 5. **Rank** by predicted step time; ties prefer the smaller model parallelism, then less recompute.
 """
@@ -305,10 +305,10 @@ def plan(req: PlanRequest) -> PlanResult:
                 pruned_mem += 1
                 note_miss(over, floor_job, lp, precision)
                 continue
-            # 3. compute + recompute walls of the base job bound every variant of this layout from below
+            # 3. the walls no enumerated variant can shorten bound every variant of this layout from below
             if len(best) >= k:
                 tb = estimate_time(_job(req, lp, base))
-                if _compute_floor(tb) > kth_best():
+                if variant_floor(tb) > kth_best():
                     pruned_bound += 1
                     continue
             for rank, rec in rec_opts:
@@ -337,7 +337,15 @@ def plan(req: PlanRequest) -> PlanResult:
                       pruned_mem, pruned_bound, rejected, miss, notes, per_layout)
 
 
-def _compute_floor(t) -> float:
-    """Compute + recompute walls of a time estimate: the lower bound used for pruning (walls add up to the step
-    and are non-negative; the variants the search enumerates never shorten GEMM/attention kernels)."""
-    return float(t.walls["compute"].seconds + t.walls["recompute"].seconds)
+#: walls that no enumerated feature variant (dispatcher, EP overlap, delayed wgrad, CUDA graphs, more recompute)
+#: can shorten: GEMM/attention compute (a flex dispatcher only takes SMs away), recompute (the ladder only adds),
+#: TP/SP and CP collectives (TP overlap is not a variant), PP send/recv (activation bytes), the optimizer step.
+#: EP comm, host, the bubble (it scales with stage time) and DP exposure (it shrinks as compute grows) are excluded.
+VARIANT_INVARIANT_WALLS = ("compute", "recompute", "comm_tp", "comm_cp", "comm_pp", "optimizer")
+
+
+def variant_floor(t) -> float:
+    """Lower bound on the step time of every feature variant of a layout, from its base estimate ``t``: the walls
+    add up to the step and are non-negative (perfmodel.step), and the :data:`VARIANT_INVARIANT_WALLS` cannot
+    shrink under any variant the search enumerates."""
+    return float(sum(t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS))

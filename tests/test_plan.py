@@ -1,0 +1,107 @@
+"""The planner: emitted configs pass the checker, --fix is honoured, memory policy, determinism, impossible
+requests."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.io.bridge import read_bridge_config
+from moetune.io.config_to_job import job_to_config
+from moetune.io.megatron_args import read_megatron_args
+from moetune.perfmodel.memory import estimate_memory
+from moetune.plan.launch import launch_for
+from moetune.plan.search import PlanRequest, plan
+from moetune.rules import check_config
+
+
+def _req(**kw) -> PlanRequest:
+    base = dict(model=get_model("OLMoE-1B-7B"), system=get_system("DGX-H100"), gpus=8, global_batch_size=256,
+                seq_length=4096, top=4)
+    base.update(kw)
+    return PlanRequest(**base)
+
+
+@pytest.fixture(scope="module")
+def olmoe_plan():
+    return plan(_req())
+
+
+def _errors(result) -> list:
+    return [f for f in result.findings if str(f.severity).startswith("error")]
+
+
+def test_candidates_ranked_and_distinct(olmoe_plan):
+    c = olmoe_plan.candidates
+    assert c, "OLMoE on 8 H100 must have a feasible layout"
+    times = [x.step_time_s for x in c]
+    assert times == sorted(times)
+    assert len({x.layout.key() for x in c}) == len(c)
+    assert olmoe_plan.searched >= len(c) and olmoe_plan.layouts > 0
+
+
+def test_no_candidate_exceeds_memory_with_headroom(olmoe_plan):
+    req = olmoe_plan.request
+    for c in olmoe_plan.candidates:
+        mem = estimate_memory(c.job)
+        peak = max(s.reserved_gib for s in mem.stages)
+        assert peak + req.min_headroom_gib <= req.system.gpu.hbm_gib + 1e-9
+
+
+def test_every_emitted_config_passes_check(olmoe_plan):
+    for c in olmoe_plan.candidates:
+        assert not _errors(check_config(job_to_config(c.job)))
+        launch = launch_for(c.job)
+        # the Bridge overrides, read back the way `moetune check` reads them
+        cfg = read_bridge_config(None, launch["bridge_overrides"], base={})
+        assert not _errors(check_config(cfg)), launch["bridge_overrides"]
+        # the Megatron-LM flags, read back by the Megatron-LM reader
+        margs = read_megatron_args(" ".join(launch["megatron_args"]))
+        assert not _errors(check_config(margs))
+        assert launch["nodes"] == 1 and "srun" in launch["slurm_script"]
+        for var in ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS"):
+            assert var in launch["env"]
+
+
+def test_fix_is_honoured():
+    res = plan(_req(fix={"ep": 4, "mbs": 1}))
+    assert res.candidates
+    assert all(c.layout.ep == 4 and c.layout.mbs == 1 for c in res.candidates)
+
+
+def test_deterministic(olmoe_plan):
+    again = plan(_req())
+    assert [c.sort_key() for c in again.candidates] == [c.sort_key() for c in olmoe_plan.candidates]
+
+
+def test_cli_json_shape(cli):
+    r = cli("plan", "--model", "OLMoE-1B-7B", "--system", "DGX-H100", "--gpus", "8", "--gbs", "256", "--seq",
+            "4096", "--top", "2", "--fix", "ep=8", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert {"candidates", "searched", "feasible", "seconds"} <= set(out)
+    c = out["candidates"][0]
+    assert {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "edp", "mbs"} <= set(c["layout"])
+    assert {"features", "memory", "time", "launch"} <= set(c)
+    assert c["layout"]["ep"] == 8
+    assert c["time"]["step_time_s"] > 0 and c["memory"]["peak_allocated_gib"] > 0
+
+
+def test_impossible_request_explains_and_exits_1(cli):
+    r = cli("plan", "--model", "DeepSeek-V3", "--system", "DGX-H100", "--gpus", "8", "--gbs", "64", "--seq", "4096",
+            "--no-offload", "--json")
+    assert r.returncode == 1, r.stderr
+    out = json.loads(r.stdout)
+    assert out["candidates"] == []
+    info = out["impossible"]
+    assert info["closest"] and info["closest"][0]["over_gib"] > 0
+    assert any("GPUs" in s or "offload" in s for s in info["what_would_fit"])
+
+
+def test_bad_fix_is_one_line_error(cli):
+    r = cli("plan", "--model", "OLMoE-1B-7B", "--gpus", "8", "--fix", "tp=two")
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "tp" in r.stderr
