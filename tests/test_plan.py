@@ -62,8 +62,12 @@ def test_every_emitted_config_passes_check(olmoe_plan):
         margs = read_megatron_args(" ".join(launch["megatron_args"]))
         assert not _errors(check_config(margs))
         assert launch["nodes"] == 1 and "srun" in launch["slurm_script"]
-        for var in ("PYTORCH_CUDA_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS"):
-            assert var in launch["env"]
+        assert launch["env"]["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+        f = c.job.features
+        if f.overlap_moe_expert_parallel_comm or c.layout.tp > 1:
+            assert "CUDA_DEVICE_MAX_CONNECTIONS" in launch["env"]
+        if f.cuda_graph_impl != "none":
+            assert launch["env"]["NCCL_GRAPH_REGISTER"] == "0"
 
 
 def test_fix_is_honoured():

@@ -1,8 +1,8 @@
 """The planner's search space: layouts (TP, CP, PP, VPP / pipeline layout, EP, ETP, MBS) and feature variants.
 
-Enumeration is over plain integers (no pydantic in the loop). A layout is generated only if Megatron would accept
-it for this model and world size (divisibility rules of docs/rules.md §2, PAR-*); the remaining checks run on the
-built Job through :mod:`moetune.rules`.
+Enumeration walks plain integers and generates only the divisor combinations of the two meshes; each point is
+then confirmed by :func:`moetune.spec.validate.layout_violation` (the PAR rules of docs/rules.md §2, one
+implementation); the remaining rules run on the built Job through :mod:`moetune.rules`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
 from moetune.spec.system import System
+from moetune.spec.validate import layout_violation
 
 #: recompute ladder in the workflow's order (docs/domain.md §6.4: narrowest boundary first, full recompute last).
 #: Each entry is (granularity, modules). Modules that do not apply to the model are dropped when the ladder is built.
@@ -174,7 +176,17 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                             if model.is_moe and experts % ep:
                                 continue
                             edp = stage_world // (etp * ep)
+                            legal = None
                             for mbs in _pick("mbs", mbs_opts, fix):
                                 if gbs % (mbs * dp):
+                                    continue
+                                # the full PAR rule set (one implementation: moetune.spec.validate)
+                                lay = Layout(tp=tp, pp=pp, vpp=vpp if vpp > 1 else None, pipeline_layout=layout_str,
+                                             cp=cp, ep=ep, etp=etp)
+                                if legal is None:
+                                    legal = layout_violation(model, lay, gpus, seq_length=seq,
+                                                             sequence_parallel=tp > 1) is None
+                                if not legal or layout_violation(model, lay, gpus, global_batch_size=gbs,
+                                                                 micro_batch_size=mbs) is not None:
                                     continue
                                 yield LayoutPoint(tp, cp, pp, vpp, ep, etp, mbs, dp, edp, layout_str)
