@@ -298,19 +298,19 @@ def plan(req: PlanRequest) -> PlanResult:
                 pruned_mem += 1
                 note_miss(over, _job(req, lp, base.model_copy(update=floor_rec)), lp, precision)
                 continue
-            # 2. the most memory-saving recompute allowed (pruning proof: see module docstring)
+            # 2. the walls no enumerated variant can shorten bound every variant of this layout from below
+            if len(best) >= k:
+                tb = estimate_time(_job(req, lp, base))
+                if variant_floor(tb) > kth_best():
+                    pruned_bound += 1
+                    continue
+            # 3. the most memory-saving recompute allowed (pruning proof: see module docstring)
             floor_job = _job(req, lp, base.model_copy(update=floor_rec))
             ok, over = _fits(estimate_memory(floor_job), capacity, headroom)
             if not ok:
                 pruned_mem += 1
                 note_miss(over, floor_job, lp, precision)
                 continue
-            # 3. the walls no enumerated variant can shorten bound every variant of this layout from below
-            if len(best) >= k:
-                tb = estimate_time(_job(req, lp, base))
-                if variant_floor(tb) > kth_best():
-                    pruned_bound += 1
-                    continue
             for rank, rec in rec_opts:
                 if rank != floor_rank:
                     mem = estimate_memory(_job(req, lp, base.model_copy(update=rec)))
