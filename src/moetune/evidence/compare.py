@@ -28,7 +28,7 @@ from moetune.evidence.contract import FIELDS, ContractCheck, check_contract, con
 from moetune.evidence.logs import RunRecord
 from moetune.evidence.steady import BOOTSTRAP_SEED, CONFIDENCE, steady_window
 
-BOOTSTRAP_RESAMPLES = 4000
+BOOTSTRAP_RESAMPLES = 2000
 MAX_SAMPLES = 5000
 #: smallest |delta| (percent) reported as a regression/improvement; smaller significant changes are "no_change"
 #: (practically equivalent: well inside the ±5 % tolerance of Megatron-Bridge's golden-value checks, BPN §3)
@@ -64,9 +64,14 @@ def bootstrap_ratio_ci(a: np.ndarray, b: np.ndarray, *, resamples: int = BOOTSTR
                        confidence: float = CONFIDENCE) -> tuple[float, float]:
     """Percentile-bootstrap CI of ``median(b) / median(a) − 1`` in percent."""
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    ma = np.median(a[rng.integers(0, len(a), size=(resamples, len(a)))], axis=1)
-    mb = np.median(b[rng.integers(0, len(b), size=(resamples, len(b)))], axis=1)
-    r = (mb / ma - 1.0) * 100.0
+    out = []
+    chunk = max(1, min(resamples, 2_000_000 // max(len(a), len(b))))  # bounded memory
+    for start in range(0, resamples, chunk):
+        k = min(chunk, resamples - start)
+        ma = np.median(a[rng.integers(0, len(a), size=(k, len(a)))], axis=1)
+        mb = np.median(b[rng.integers(0, len(b), size=(k, len(b)))], axis=1)
+        out.append((mb / ma - 1.0) * 100.0)
+    r = np.concatenate(out)
     q = (1 - confidence) / 2
     return float(np.quantile(r, q)), float(np.quantile(r, 1 - q))
 

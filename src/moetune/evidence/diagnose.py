@@ -621,11 +621,16 @@ def _exception_findings(rec: RunRecord, used: set[int]) -> list[Finding]:
                      "for rank-dependent data or configuration"], rec.path, data={"type": typ,
                                                                                 "frames": list(sig.frames)}))
         else:
-            ranks = sorted({s.rank for s in rec.signals if s.kind == "traceback_unterminated" and s.rank is not None})
+            key = sig.frames[-2:]
+            same = [s for s in rec.signals if s.kind == "traceback_unterminated" and s.frames[-2:] == key]
+            used.update(s.line for s in same)
+            ranks = sorted({s.rank for s in same if s.rank is not None})
             out.append(Finding(
                 "python_error", "warning",
-                f"traceback without its exception line (cut off or interleaved); last frame {sig.frames[-1]}",
-                [Evidence(sig.line, "frames: " + " <- ".join(reversed(sig.frames[-4:])), rec.path)],
+                f"traceback without its exception line (cut off or interleaved); last frame {sig.frames[-1]}"
+                + (f" ({len(same)} tracebacks, ranks {ranks[:16]})" if len(same) > 1 else ""),
+                [Evidence(s.line, "frames: " + " <- ".join(reversed(s.frames[-4:])), rec.path)
+                 for s in same[:EVIDENCE_PER_FINDING]],
                 "the log excerpt ends (or the ranks' output is interleaved) before the exception line; the frames show "
                 f"where it was raised ({_phase(sig.frames, rec)})",
                 "find the exception line in the complete log of the same rank" + (f" (ranks {ranks})" if ranks else ""),
@@ -705,12 +710,18 @@ def _loss_findings(rec: RunRecord) -> list[Finding]:
     vals = loss[fin]
     pos = np.flatnonzero(fin)
     spikes = []
-    for j in range(LOSS_SPIKE_MIN_HISTORY, len(vals)):
-        hist = vals[max(0, j - LOSS_SPIKE_HISTORY):j]
-        ref = float(np.median(hist))
-        mad = float(np.median(np.abs(hist - ref)))
-        if vals[j] > ref * (1 + LOSS_SPIKE_REL) and vals[j] - ref > LOSS_SPIKE_MADS * max(mad, 1e-3 * abs(ref)):
-            spikes.append((int(pos[j]), ref))
+    if len(vals) > LOSS_SPIKE_MIN_HISTORY:
+        # reference = median (and MAD) of up to LOSS_SPIKE_HISTORY previous values; vectorised with windows
+        h = LOSS_SPIKE_HISTORY
+        padded = np.concatenate([np.full(h - 1, np.nan), vals])
+        win = np.lib.stride_tricks.sliding_window_view(padded, h)[: len(vals) - 1]  # window ending before j
+        j = np.arange(1, len(vals))
+        ok = j >= LOSS_SPIKE_MIN_HISTORY
+        ref = np.nanmedian(win, axis=1) if ok.any() else np.zeros(0)
+        mad = np.nanmedian(np.abs(win - ref[:, None]), axis=1)
+        cur = vals[1:]
+        hit = ok & (cur > ref * (1 + LOSS_SPIKE_REL)) & (cur - ref > LOSS_SPIKE_MADS * np.maximum(mad, 1e-3 * np.abs(ref)))
+        spikes = [(int(pos[i + 1]), float(ref[i])) for i in np.flatnonzero(hit)[:1000]]
     if spikes:
         first = spikes[0][0]
 

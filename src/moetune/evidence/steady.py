@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -47,6 +48,11 @@ WARMUP_MAX_FRACTION = 0.2
 SHIFT_MIN_SIDE = 4
 SHIFT_MIN_RATIO = 1.15
 SHIFT_MAX_P = 0.05
+SHIFT_MAX_BLOCKS = 200
+MAX_EXCLUDED_LISTED = 100
+MAX_LISTED = 1000
+BOOTSTRAP_MAX_N = 2000
+MEDIAN_CI_EXACT_MAX = 1000
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240501
@@ -81,6 +87,7 @@ class Window:
     source: str  # "declared" | "detected"
     excluded: list[dict[str, Any]] = field(default_factory=list)
     level_shift: dict[str, Any] | None = None
+    excluded_counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def bounds(self) -> tuple[int, int] | None:
@@ -99,15 +106,30 @@ def log_interval(rec: RunRecord) -> int:
 
 
 def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
-    """Best single split of ``times`` by median ratio; returns (split index, ratio, p) when significant."""
+    """Best single split of ``times`` by median ratio; returns (split index, ratio, p) when significant.
+
+    Split points are scanned on at most ``SHIFT_MAX_BLOCKS`` consecutive blocks (block medians), so the scan is
+    linear in the number of samples; the Mann-Whitney test then uses every sample on each side.
+    """
     n = len(times)
     if n < 2 * SHIFT_MIN_SIDE:
         return None
-    from scipy.stats import mannwhitneyu
-
+    if n > SHIFT_MAX_BLOCKS:
+        edges = np.linspace(0, n, SHIFT_MAX_BLOCKS + 1).astype(np.int64)
+        cand = [int(e) for e in edges[1:-1] if SHIFT_MIN_SIDE <= e <= n - SHIFT_MIN_SIDE]
+        blocks = [np.median(times[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
+        bmed = np.array(blocks)
+        pos = {int(e): i + 1 for i, e in enumerate(edges[1:-1])}
+    else:
+        cand = list(range(SHIFT_MIN_SIDE, n - SHIFT_MIN_SIDE + 1))
+        bmed, pos = None, None
     best: tuple[int, float] | None = None
-    for k in range(SHIFT_MIN_SIDE, n - SHIFT_MIN_SIDE + 1):
-        left, right = np.median(times[:k]), np.median(times[k:])
+    for k in cand:
+        if bmed is not None:
+            j = pos[k]
+            left, right = np.median(bmed[:j]), np.median(bmed[j:])
+        else:
+            left, right = np.median(times[:k]), np.median(times[k:])
         if left <= 0 or right <= 0:
             continue
         score = abs(math.log(right / left))
@@ -116,15 +138,36 @@ def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
     if best is None or math.exp(best[1]) < SHIFT_MIN_RATIO:
         return None
     k = best[0]
+    ratio = float(np.median(times[k:]) / np.median(times[:k]))
+    if max(ratio, 1 / ratio) < SHIFT_MIN_RATIO:
+        return None
+    from scipy.stats import mannwhitneyu  # imported only when a candidate shift passed the ratio test
+
     p = float(mannwhitneyu(times[:k], times[k:], alternative="two-sided").pvalue)
-    p = min(1.0, p * (n - 2 * SHIFT_MIN_SIDE + 1))  # Bonferroni over the candidate split points scanned
+    p = min(1.0, p * len(cand))  # Bonferroni over the candidate split points scanned
     if p >= SHIFT_MAX_P:
         return None
-    return k, float(np.median(times[k:]) / np.median(times[:k])), p
+    return k, ratio, p
+
+
+_REASONS = (
+    "no step time",
+    "warm-up (first logged iteration of the run)",
+    "warm-up after restart",
+    "profiler capture",
+    "checkpoint save",
+    "evaluation",
+    "CUDA-graph capture",
+    "truncated line",
+    "skipped iteration(s) in the interval (no optimizer step)",
+    "NaN iteration(s) in the interval",
+    "warm-up (slow leading iteration)",
+    "other side of a level shift",
+)
 
 
 def steady_window(rec: RunRecord, window: tuple[int, int] | None = None) -> Window:
-    """Select the steady samples of ``rec`` (module docstring)."""
+    """Select the steady samples of ``rec`` (module docstring). Vectorised: linear in the number of rows."""
     tab = rec.iterations
     n = len(tab)
     it = tab.col("iteration")
@@ -133,55 +176,45 @@ def steady_window(rec: RunRecord, window: tuple[int, int] | None = None) -> Wind
     skipped = np.nan_to_num(tab.col("skipped"), nan=0.0)
     nans = np.nan_to_num(tab.col("nan"), nan=0.0)
     seg = tab.col("segment")
-    excluded: list[dict[str, Any]] = []
     keep = np.ones(n, dtype=bool)
+    reason = np.full(n, -1, dtype=np.int16)
 
-    def drop(i: int, reason: str) -> None:
-        if keep[i]:
-            keep[i] = False
-            excluded.append({"iteration": int(it[i]), "reason": reason})
+    def drop(mask: np.ndarray, code: int) -> None:
+        hit = mask & keep
+        reason[hit] = code
+        keep[hit] = False
 
     if window is not None:
-        for i in range(n):
-            if not (window[0] <= it[i] <= window[1]):
-                keep[i] = False
-    interval = log_interval(rec)
-    start_iter = float(np.nanmin(it)) if n else 0.0
-    for i in range(n):
-        if not keep[i] and window is not None:
-            continue
-        if not math.isfinite(t[i]):
-            drop(i, "no step time")
-            continue
-        if window is None and flags[i] & FLAG_SEGMENT_START:
-            first_of_run = seg[i] == 0 and it[i] <= max(interval, 1) + (1 if rec.source == "nemo" else 0) \
-                and it[i] <= start_iter + interval
-            if first_of_run or seg[i] > 0:
-                drop(i, "warm-up (first logged iteration of the run)" if seg[i] == 0 else "warm-up after restart")
-                continue
-        for bit, reason in _EXCLUDE_FLAGS:
-            if flags[i] & bit:
-                drop(i, reason)
-                break
-        else:
-            if skipped[i] > 0:
-                drop(i, f"{int(skipped[i])} skipped iteration(s) in the interval")
-            elif nans[i] > 0:
-                drop(i, f"{int(nans[i])} NaN iteration(s) in the interval")
+        keep &= (it >= window[0]) & (it <= window[1])
+    drop(~np.isfinite(t), 0)
+    if window is None and n:
+        interval = log_interval(rec)
+        start_iter = float(np.nanmin(it))
+        segstart = (flags & FLAG_SEGMENT_START) != 0
+        first = segstart & (seg == 0) & (it <= max(interval, 1) + (1 if rec.source == "nemo" else 0)) & \
+            (it <= start_iter + interval)
+        drop(first, 1)
+        drop(segstart & (seg > 0), 2)
+    for code, (bit, _name) in enumerate(_EXCLUDE_FLAGS, start=3):
+        drop((flags & bit) != 0, code)
+    drop(skipped > 0, 8)
+    drop(nans > 0, 9)
     shift = None
     if window is None and n:
-        # leading slow iterations per segment
-        for s in np.unique(seg):
-            idx = np.flatnonzero((seg == s) & keep)
+        # leading slow iterations of each segment (segments are contiguous row ranges)
+        bounds = np.concatenate([[0], np.flatnonzero(np.diff(seg)) + 1, [n]])
+        for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+            idx = a + np.flatnonzero(keep[a:b])
             if len(idx) < 3:
                 continue
             med = float(np.median(t[idx]))
             limit = max(1, int(WARMUP_MAX_FRACTION * len(idx)))
-            for j in idx[:limit]:
-                if t[j] > med * (1 + WARMUP_TOLERANCE):
-                    drop(int(j), f"warm-up (slow leading iteration, {t[j]:.3g} s vs median {med:.3g} s)")
-                else:
-                    break
+            slow = t[idx[:limit]] > med * (1 + WARMUP_TOLERANCE)
+            stop = int(np.argmin(slow)) if not slow.all() else len(slow)
+            if stop:
+                m = np.zeros(n, dtype=bool)
+                m[idx[:stop]] = True
+                drop(m, 10)
         idx = np.flatnonzero(keep)
         found = _shift(t[idx]) if len(idx) else None
         if found:
@@ -191,23 +224,43 @@ def steady_window(rec: RunRecord, window: tuple[int, int] | None = None) -> Wind
             shift = {"at_iteration": int(it[right[0]]), "before_s": float(np.median(t[left])),
                      "after_s": float(np.median(t[right])), "ratio": ratio, "p_value": p,
                      "window_side": "after" if chosen is right else "before"}
-            for j in other:
-                drop(int(j), "other side of a level shift")
+            m = np.zeros(n, dtype=bool)
+            m[other] = True
+            drop(m, 11)
+    dropped = np.flatnonzero(reason >= 0)
+    excluded = [{"iteration": int(it[i]), "reason": _REASONS[reason[i]]} for i in dropped[:MAX_EXCLUDED_LISTED]]
+    codes, counts = np.unique(reason[dropped], return_counts=True)
     idx = np.flatnonzero(keep)
-    return Window(idx, it[idx], t[idx], "declared" if window else "detected", excluded, shift)
+    w = Window(idx, it[idx], t[idx], "declared" if window else "detected", excluded, shift)
+    w.excluded_counts = {_REASONS[c]: int(k) for c, k in zip(codes, counts, strict=True)}
+    return w
+
+
+def _binom_half_cdf(n: int) -> np.ndarray:
+    """CDF of Binomial(n, 1/2) at 0..n (exact, via math.comb; n <= MEDIAN_CI_EXACT_MAX)."""
+    pmf = np.array([math.comb(n, k) for k in range(n + 1)], dtype=np.float64) / float(2**n)
+    return np.cumsum(pmf)
 
 
 def median_ci(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """Distribution-free CI of the median from binomial order statistics (None below 3 samples)."""
+    """Distribution-free CI of the median from binomial order statistics (None below 3 samples).
+
+    The interval is [x_(l), x_(u)] with l the α/2 quantile of Binomial(n, ½) (0-based index l-1) and u its upper
+    counterpart (exact for n <= ``MEDIAN_CI_EXACT_MAX``, normal approximation n/2 ± z·√n/2 above).
+    """
     n = len(x)
     if n < 3:
         return None
-    from scipy.stats import binom
-
     s = np.sort(x)
     alpha = 1 - confidence
-    lo = int(binom.ppf(alpha / 2, n, 0.5))
-    hi = int(binom.isf(alpha / 2, n, 0.5))
+    if n <= MEDIAN_CI_EXACT_MAX:
+        cdf = _binom_half_cdf(n)
+        lo = int(np.searchsorted(cdf, alpha / 2 - 1e-12))  # smallest k with CDF(k) >= alpha/2
+        hi = int(np.flatnonzero(1.0 - cdf <= alpha / 2 + 1e-12)[0])  # smallest k with P(X > k) <= alpha/2
+    else:
+        z = NormalDist().inv_cdf(1 - alpha / 2)
+        lo = int(math.floor(n / 2 - z * math.sqrt(n) / 2))
+        hi = int(math.ceil(n / 2 + z * math.sqrt(n) / 2))
     lo = max(lo - 1, 0)
     hi = min(hi, n - 1)
     return float(s[lo]), float(s[hi])
@@ -215,13 +268,25 @@ def median_ci(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, flo
 
 def bootstrap_ci(x: np.ndarray, stat=np.mean, confidence: float = CONFIDENCE,
                  resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
-    if len(x) < 3:
+    """Percentile bootstrap CI of ``stat``; above ``BOOTSTRAP_MAX_N`` samples of the mean, the normal
+    approximation (mean ± z·sd/√n), which the bootstrap converges to. Resamples are drawn in chunks (bounded memory).
+    """
+    n = len(x)
+    if n < 3:
         return None
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    idx = rng.integers(0, len(x), size=(resamples, len(x)))
-    vals = stat(x[idx], axis=1)
     a = (1 - confidence) / 2
-    return float(np.quantile(vals, a)), float(np.quantile(vals, 1 - a))
+    if stat is np.mean and n > BOOTSTRAP_MAX_N:
+        half = NormalDist().inv_cdf(1 - a) * float(np.std(x, ddof=1)) / math.sqrt(n)
+        m = float(np.mean(x))
+        return m - half, m + half
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    chunk = max(1, min(resamples, 2_000_000 // n))
+    vals = []
+    for start in range(0, resamples, chunk):
+        idx = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+        vals.append(stat(x[idx], axis=1))
+    v = np.concatenate(vals)
+    return float(np.quantile(v, a)), float(np.quantile(v, 1 - a))
 
 
 @dataclass
@@ -246,6 +311,7 @@ class RunSummary:
     versions: dict[str, str]
     timers_ms: dict[str, Any]
     excluded: list[dict[str, Any]]
+    excluded_counts: dict[str, int]
     level_shift: dict[str, Any] | None
     bridge_step_time_s: dict[str, Any] | None
     notes: list[str]
@@ -283,7 +349,8 @@ def loss_health(rec: RunRecord) -> dict[str, Any]:
     if rec.source != "megatron-golden":
         nan_mask |= printed_nonfinite & np.isfinite(tab.col("elapsed_s")) & ~missing & (skipped == 0) & \
             ~np.isnan(tab.col("loss_scale"))
-    nan_iters = [int(x) for x in it[nan_mask]]
+    nan_iters = [int(x) for x in it[nan_mask][:MAX_LISTED]]
+    nan_total = int(nan_mask.sum())
     finite = np.isfinite(loss) & ~missing
     reasons = []
     if (nanc > 0).any():
@@ -296,10 +363,11 @@ def loss_health(rec: RunRecord) -> dict[str, Any]:
     return {
         "finite": not nan_iters,
         "nan_iterations": nan_iters,
+        "nan_iteration_count": nan_total,
         "nan_counter_total": int(nanc.sum()),
         "nan_detected_by": reasons,
         "skipped_iterations": int(skipped.sum()),
-        "skipped_at": [int(x) for x in it[skipped > 0]],
+        "skipped_at": [int(x) for x in it[skipped > 0][:MAX_LISTED]],
         "first": float(fl[0]) if len(fl) else None,
         "last": float(fl[-1]) if len(fl) else None,
         "min": float(fl.min()) if len(fl) else None,
@@ -404,6 +472,7 @@ def summarize_run(rec: RunRecord, window: tuple[int, int] | str | None = None, *
         versions=dict(rec.versions),
         timers_ms=timers,
         excluded=w.excluded,
+        excluded_counts=w.excluded_counts,
         level_shift=w.level_shift,
         bridge_step_time_s=bridge,
         notes=notes,

@@ -38,14 +38,15 @@ NAN = math.nan
 
 
 class IterationTable:
-    """Columnar per-iteration samples (one row per logged iteration line).
+    """Per-iteration samples (one row per logged iteration line), stored row-major in one ``array('d')``.
 
     Columns (float64, NaN = not printed): ``iteration``, ``train_iters``, ``segment``, ``line``, ``elapsed_s``
     (elapsed time per iteration, averaged by Megatron over the log interval), ``tflops`` (model TFLOP/s/GPU),
     ``lr``, ``gbs``, ``consumed_samples``, ``loss`` (the primary loss: ``lm loss`` or NeMo's ``reduced_train_loss``),
     ``loss_scale``, ``grad_norm``, ``num_zeros``, ``skipped`` and ``nan`` (Megatron's per-interval counters),
     ``loss_missing`` (1 when the line printed no primary loss; Megatron omits a loss key whose interval average is
-    not > 0, which is the case for NaN), ``grad_norm_nonfinite`` and ``flags``.
+    not > 0, which is the case for NaN), ``grad_norm_nonfinite`` and ``flags``. Other loss keys (MoE
+    ``load_balancing_loss``, ``mtp_1 loss`` …) live in :attr:`extra_losses`, NaN-padded on access.
     """
 
     COLUMNS = (
@@ -68,56 +69,99 @@ class IterationTable:
         "grad_norm_nonfinite",
         "flags",
     )
+    INDEX = {name: i for i, name in enumerate(COLUMNS)}
+    NCOL = len(COLUMNS)
 
     def __init__(self) -> None:
-        for name in self.COLUMNS:
-            setattr(self, "_" + name, array("d"))
+        self._data = array("d")
+        self._n = 0
         self.extra_losses: dict[str, array] = {}
 
     def __len__(self) -> int:
-        return len(self._iteration)  # type: ignore[attr-defined]
+        return self._n
 
-    def append(self, row: dict[str, float], extra: dict[str, float] | None = None) -> None:
-        n = len(self)
-        for name in self.COLUMNS:
-            getattr(self, "_" + name).append(row.get(name, NAN))
+    def append_values(self, values: list[float], extra: dict[str, float] | None = None) -> None:
+        """Append one row given in :attr:`COLUMNS` order (the reader's fast path)."""
+        self._data.extend(values)
         if extra:
+            n = self._n
             for key, value in extra.items():
                 col = self.extra_losses.get(key)
                 if col is None:
-                    col = self.extra_losses[key] = array("d", [NAN]) * n
+                    col = self.extra_losses[key] = array("d")
+                if len(col) < n:
+                    col.extend([NAN] * (n - len(col)))
                 col.append(value)
-        for col in self.extra_losses.values():
-            if len(col) == n:
-                col.append(NAN)
+        self._n += 1
+
+    def append(self, row: dict[str, float], extra: dict[str, float] | None = None) -> None:
+        """Append one row given as ``{column: value}`` (missing columns are NaN)."""
+        self.append_values([row.get(name, NAN) for name in self.COLUMNS], extra)
+
+    def extend_block(self, block: np.ndarray, extras: dict[str, np.ndarray] | None = None) -> None:
+        """Append ``k`` rows at once (``block`` has shape (k, NCOL), columns in :attr:`COLUMNS` order)."""
+        n = self._n
+        self._data.frombytes(np.ascontiguousarray(block, dtype=np.float64).tobytes())
+        for key, values in (extras or {}).items():
+            col = self.extra_losses.get(key)
+            if col is None:
+                col = self.extra_losses[key] = array("d")
+            if len(col) < n:
+                col.extend([NAN] * (n - len(col)))
+            col.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
+        self._n += len(block)
+
+    def view(self) -> np.ndarray:
+        """All rows as a writable (n, NCOL) view of the storage (do not append while holding it)."""
+        return np.frombuffer(self._data, dtype=np.float64).reshape(self._n, self.NCOL)
+
+    def matrix(self) -> np.ndarray:
+        """All rows as an (n, NCOL) array (a copy)."""
+        return np.frombuffer(self._data, dtype=np.float64).reshape(self._n, self.NCOL).copy() if self._n else \
+            np.zeros((0, self.NCOL))
+
+    def replace(self, rows: np.ndarray, selection: np.ndarray) -> None:
+        """Replace the rows by ``rows``; ``selection`` gives, for each new row, its old index (for extra losses)."""
+        extras = {k: self.col(k)[selection] for k in self.extra_losses}
+        self._data = array("d")
+        self._data.frombytes(np.ascontiguousarray(rows, dtype=np.float64).tobytes())
+        self._n = len(rows)
+        self.extra_losses = {}
+        for k, v in extras.items():
+            col = self.extra_losses[k] = array("d")
+            col.frombytes(np.ascontiguousarray(v, dtype=np.float64).tobytes())
+
+    def set_col(self, name: str, values: np.ndarray) -> None:
+        a = self.matrix()
+        a[:, self.INDEX[name]] = values
+        self._data = array("d")
+        self._data.frombytes(a.tobytes())
 
     def set_flag(self, index: int, flag: int) -> None:
-        self._flags[index] = float(int(self._flags[index]) | flag)  # type: ignore[attr-defined]
+        k = index * self.NCOL + self.INDEX["flags"]
+        self._data[k] = float(int(self._data[k]) | flag)
 
     def col(self, name: str) -> np.ndarray:
-        """A copy-free numpy view of one column."""
+        """One column as a numpy array (a copy)."""
         if name in self.extra_losses:
-            return np.frombuffer(self.extra_losses[name], dtype=np.float64)
-        buf = getattr(self, "_" + name)
-        if len(buf) == 0:
+            col = self.extra_losses[name]
+            out = np.full(self._n, np.nan)
+            out[: len(col)] = np.frombuffer(col, dtype=np.float64) if len(col) else []
+            return out
+        if self._n == 0:
             return np.zeros(0)
-        return np.frombuffer(buf, dtype=np.float64)
+        return np.frombuffer(self._data, dtype=np.float64).reshape(self._n, self.NCOL)[:, self.INDEX[name]].copy()
 
     def last(self, name: str) -> float:
-        buf = getattr(self, "_" + name)
-        return buf[-1] if len(buf) else NAN
-
-    def pop_last(self) -> None:
-        for name in self.COLUMNS:
-            getattr(self, "_" + name).pop()
-        for col in self.extra_losses.values():
-            if len(col) > len(self):
-                col.pop()
+        if not self._n:
+            return NAN
+        return self._data[(self._n - 1) * self.NCOL + self.INDEX[name]]
 
     def row(self, index: int) -> dict[str, float]:
-        out = {name: getattr(self, "_" + name)[index] for name in self.COLUMNS}
+        base = index * self.NCOL
+        out = {name: self._data[base + i] for i, name in enumerate(self.COLUMNS)}
         for key, col in self.extra_losses.items():
-            out[key] = col[index]
+            out[key] = col[index] if index < len(col) else NAN
         return out
 
 

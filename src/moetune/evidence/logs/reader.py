@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
+import warnings
 from collections import deque
+from itertools import chain
 from pathlib import Path
 from typing import IO, Any
+
+import numpy as np
 
 from moetune.errors import InputError
 from moetune.evidence.logs import patterns as P
@@ -32,6 +37,7 @@ from moetune.evidence.logs.model import (
     FLAG_TRUNCATED,
     NAN,
     Event,
+    IterationTable,
     LineRef,
     MemoryReport,
     RunRecord,
@@ -47,9 +53,12 @@ MAX_MEMORY_REPORTS = 4096
 MAX_CONFIG_LINES = 20000
 #: physical lines a wrapped record may span
 MAX_WRAP_LINES = 12
+#: bytes read per chunk (lines are split from chunks in C)
+CHUNK_BYTES = 1 << 22
 #: a physical line shorter than this was not wrapped by a terminal
 MIN_WRAP_WIDTH = 40
 CONTEXT_LINES = 4
+_RING_MASK = 7  # ring buffer of the last 8 lines (>= CONTEXT_LINES)
 
 # canonical iteration-line keys: whitespace removed, lower case -> (column, scale)
 _ITER_KEYS: dict[bytes, tuple[str, float]] = {
@@ -128,12 +137,79 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
+_IDX = IterationTable.INDEX
+_C_ITER, _C_TOTAL, _C_SEGMENT, _C_LINE = _IDX["iteration"], _IDX["train_iters"], _IDX["segment"], _IDX["line"]
+_C_ELAPSED, _C_LOSS_MISSING, _C_GN_BAD, _C_FLAGS = (_IDX["elapsed_s"], _IDX["loss_missing"],
+                                                    _IDX["grad_norm_nonfinite"], _IDX["flags"])
+#: distinct iteration-line layouts remembered for the fast path
+MAX_SHAPES = 16
+#: queued fast-path rows converted per batch
+FLUSH_ROWS = 8192
+#: marks kept for window flags (profiler, checkpoint, evaluation, graph capture, restart)
+MAX_MARKS = 1_000_000
+MARK_RESTART = -1
+MARK_PROFILE_START = -2
+MARK_PROFILE_STOP = -3
+
+
+#: columns the fast path converts; other printed fields (energy, power, params norm, max attention logit …) are
+#: matched but not converted (float parsing dominates the cost of an iteration line)
+_FAST_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_norm", "skipped", "nan", "lr",
+                           "num_zeros", "consumed_samples"})
+
+
+class _Shape:
+    """One iteration-line layout (its exact key sequence), compiled to a single regex for the fast path.
+
+    Megatron formats every field with a fixed format string, so consecutive lines of a run share the key bytes
+    exactly; lines of a known layout are matched by one regex each and their numbers converted in bulk.
+    """
+
+    __slots__ = ("rx_full", "perm_full", "scale", "gn_idx", "has_primary", "extras", "batch", "lines", "total")
+
+    def __init__(self, keys: list[bytes], cache: dict[bytes, tuple[str, Any]], total: float) -> None:
+        parts = []
+        cols: list[tuple[str, Any]] = []  # per capture group: (kind, arg)
+        for j, k in enumerate(keys):
+            kind, arg = cache[k]
+            needed = (kind == "col" and arg[0] in _FAST_COLUMNS) or kind in ("primary", "loss")
+            value = rb"([^|]*)" if needed else rb"[^|]*"
+            tail = rb"\|" if j < len(keys) - 1 else rb"\|?\s*\Z"
+            parts.append(re.escape(k) + b":" + value + tail)
+            if needed:
+                cols.append((kind, arg))
+        self.rx_full = re.compile(rb"[^|]*?\biteration\s+(\d+)\s*/\s*\d+\s*\|" + b"".join(parts), re.S)
+        self.batch: list[tuple[bytes, ...]] = []
+        self.lines: list[int] = []
+        self.total = total
+        g = len(cols) + 1  # groups: iteration, then the needed fields; index g is the NaN appended
+        perm = [g] * IterationTable.NCOL
+        perm[_C_ITER] = 0
+        self.scale, self.gn_idx = 1.0, -1
+        self.has_primary = False
+        self.extras: list[tuple[str, int]] = []
+        for i, (kind, arg) in enumerate(cols, start=1):
+            if kind == "col":
+                col, scale = arg
+                perm[_IDX[col]] = i
+                if col == "elapsed_s":
+                    self.scale = scale
+                elif col == "grad_norm":
+                    self.gn_idx = i
+            elif kind == "primary":
+                perm[_IDX["loss"]] = i
+                self.has_primary = True
+            else:
+                self.extras.append((arg, i))
+        self.perm_full = np.array(perm, dtype=np.int64)
+
+
 class _Parser:
     """Line-by-line state machine filling a :class:`RunRecord`."""
 
     def __init__(self, rec: RunRecord) -> None:
         self.rec = rec
-        self.ctx: deque[tuple[int, bytes]] = deque(maxlen=CONTEXT_LINES)
+        self.ring: list[bytes | None] = [None] * (_RING_MASK + 1)
         self.pending: list[bytes] | None = None  # open wrapped record (physical lines)
         self.pending_kind = ""
         self.pending_line = 0
@@ -142,14 +218,16 @@ class _Parser:
         self.block = ""  # "args" | "config" | "timers"
         self.block_lines: list[bytes] = []
         self.block_start = 0
-        self.iter_flags = 0  # flags for the next iteration record
+        self.marks: list[tuple[int, int]] = []  # (line, flag or MARK_*) resolved against rows in finish()
+        self.rows_seen = 0
         self.step_flags = 0  # flags for the next Bridge "Step Time" record
         self.profiling = False
         self.segment = 0
-        self.new_segment_pending = True
         self.frames: dict[int | None, deque[str]] = {}
         self.tb_open: dict[int | None, int] = {}
         self.key_cache: dict[bytes, tuple[str, Any]] = {}
+        self.shapes: list[_Shape] = []
+        self.timer_names: dict[bytes, str] = {}
         self.sources: set[str] = set()
         self.last_line_complete = True
 
@@ -167,8 +245,7 @@ class _Parser:
         rec = self.rec
         rec.recognised_lines += 1
         if len(rec.events) < MAX_EVENTS:
-            it = int(rec.iterations.last("iteration")) if len(rec.iterations) else None
-            rec.events.append(Event(line_no, kind, _dec(text).strip(), it))
+            rec.events.append(Event(line_no, kind, _dec(text).strip(), None))
 
     def _signal(self, line_no: int, kind: str, text: bytes, rank: int | None, *, frames: tuple[str, ...] = (),
                 data: dict[str, Any] | None = None, context: bool = False) -> None:
@@ -180,27 +257,105 @@ class _Parser:
             return
         ctx: tuple[LineRef, ...] = ()
         if context:
-            ctx = tuple(LineRef(ln, _dec(t)) for ln, t in self.ctx)
+            ctx = self._context(line_no)
         rec.signals.append(Signal(line_no, kind, _dec(text).strip(), rank, ctx, frames, data or {}))
 
+    def _capped(self, line_no: int, kind: str, line: bytes) -> None:
+        """A frequent signal: count it; keep its text only below the per-kind cap."""
+        n = self.rec.signal_counts.get(kind, 0)
+        if n >= MAX_SIGNALS_PER_KIND:
+            self.rec.signal_counts[kind] = n + 1
+            self.rec.recognised_lines += 1
+            return
+        if b"\x1b" in line:
+            line = P.ANSI.sub(b"", line)
+        body, rank = self._rank(line)
+        self._signal(line_no, kind, body, rank)
+
     # ---------------------------------------------------------------- driver
-    def feed(self, line_no: int, raw: bytes) -> None:
-        line = raw.rstrip(b"\r\n")
-        if b"\r" in line:  # progress bars overwrite themselves
+    def feed(self, line_no: int, line: bytes) -> None:
+        """One line without its ``\\n``."""
+        if self.pending is None and not self.block:
+            if b"NCCL INFO" in line:  # NCCL_DEBUG=INFO chatter: only a few of these lines matter
+                if b"Connection closed by localRank" in line:
+                    self._capped(line_no, "nccl_connection_closed", line)
+                elif b"NCCL version" in line:
+                    self._version(line_no, line)
+                else:
+                    self.rec.recognised_lines += 1
+                self.ring[line_no & _RING_MASK] = line
+                return
+            if b"iteration" in line and self.shapes and self._fast_iteration(line_no, line):
+                self.ring[line_no & _RING_MASK] = line
+                return
+        if b"\r" in line:  # CRLF endings; progress bars that overwrite themselves
             parts = [p for p in line.split(b"\r") if p.strip()]
             line = parts[-1] if parts else b""
         if b"\x1b" in line:
             line = P.ANSI.sub(b"", line)
-        if self.pending is not None:
-            if self._continue_pending(line):
-                self.ctx.append((line_no, line))
-                return
-        if self.block:
-            if self._continue_block(line_no, line):
-                self.ctx.append((line_no, line))
-                return
-        self._dispatch(line_no, line)
-        self.ctx.append((line_no, line))
+        if self.pending is not None and self._continue_pending(line):
+            pass
+        elif self.block and self._continue_block(line_no, line):
+            pass
+        else:
+            self._dispatch(line_no, line)
+        self.ring[line_no & _RING_MASK] = line
+
+    def _fast_iteration(self, line_no: int, line: bytes) -> bool:
+        """A complete iteration line of a known layout: queue its fields for bulk conversion."""
+        for shape in self.shapes:
+            m = shape.rx_full.match(line)
+            if m is not None:
+                shape.batch.append(m.groups())
+                shape.lines.append(line_no)
+                if len(shape.batch) >= FLUSH_ROWS:
+                    self._flush(shape)
+                self.rows_seen += 1
+                self.rec.recognised_lines += 1
+                return True
+        return False
+
+    def _flush(self, shape: _Shape) -> None:
+        """Convert a shape's queued lines to rows in bulk (numpy parses the byte strings)."""
+        if not shape.batch:
+            return
+        k = len(shape.batch)
+        width = len(shape.batch[0])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                arr = np.fromstring(b" ".join(chain.from_iterable(shape.batch)), dtype=np.float64, sep=" ")
+            except ValueError:
+                arr = np.zeros(0)
+        if arr.size == k * width:
+            arr = arr.reshape(k, width)
+        else:  # a value with blanks inside or an unparsable value: convert one by one
+            arr = np.array([[_num(x) for x in g] for g in shape.batch], dtype=np.float64)
+        arr = np.concatenate([arr, np.full((k, 1), np.nan)], axis=1)
+        block = arr[:, shape.perm_full]
+        block[:, _C_TOTAL] = shape.total
+        if shape.scale != 1.0:
+            block[:, _C_ELAPSED] *= shape.scale
+        if shape.gn_idx >= 0:
+            gn = arr[:, shape.gn_idx]
+            block[:, _C_GN_BAD] = np.where(np.isfinite(gn), np.nan, 1.0)
+        block[:, _C_LOSS_MISSING] = 0.0 if shape.has_primary else 1.0
+        block[:, _C_LINE] = shape.lines
+        block[:, _C_FLAGS] = 0.0
+        block[:, _C_SEGMENT] = 0.0
+        extras = {name: arr[:, i] for name, i in shape.extras}
+        self.rec.iterations.extend_block(block, extras)
+        shape.batch.clear()
+        shape.lines.clear()
+
+    def _context(self, line_no: int) -> tuple[LineRef, ...]:
+        """The up to ``CONTEXT_LINES`` lines before ``line_no`` (from the ring buffer)."""
+        out = []
+        for ln in range(max(1, line_no - CONTEXT_LINES), line_no):
+            t = self.ring[ln & _RING_MASK]
+            if t is not None:
+                out.append(LineRef(ln, _dec(t)))
+        return tuple(out)
 
     def _dispatch(self, line_no: int, line: bytes) -> None:  # noqa: C901 - one flat switch on literals
         if b"iteration" in line:
@@ -210,12 +365,20 @@ class _Parser:
                 self._memory_line(line_no, line)
                 return
             if b"validation loss at iteration" in line or b"validation loss at the end" in line:
-                self.iter_flags |= FLAG_EVAL
+                self._mark(line_no, FLAG_EVAL)
                 self._event(line_no, "evaluation", line)
                 return
             if b"checkpoint" in line:
                 self._checkpoint(line_no, line)
                 return
+        if b"NCCL INFO" in line:  # NCCL_DEBUG=INFO chatter: only a few of these lines matter
+            if b"Connection closed by localRank" in line:
+                self._capped(line_no, "nccl_connection_closed", line)
+            elif b"NCCL version" in line:
+                self._version(line_no, line)
+            else:
+                self.rec.recognised_lines += 1
+            return
         if b"Step Time" in line:
             m = P.STEP_TIME.search(line)
             if m:
@@ -246,8 +409,9 @@ class _Parser:
                 return
         if b"before the start of training step" in line:
             self.rec.recognised_lines += 1
-            if len(self.rec.iterations):
-                self._restart(line_no, line)
+            if self.rows_seen:
+                self._mark(line_no, MARK_RESTART)
+                self._event(line_no, "restart", line)
             return
         if b"ersion" in line:
             self._version(line_no, line)
@@ -266,14 +430,13 @@ class _Parser:
                 self._finish_iteration(line_no, body[m2.end():], int(m2.group(2)), int(m2.group(3)), rank,
                                        complete=True, nemo=True)
                 return True
-        m = P.ITER_HEAD.search(line)
+        body, rank = self._rank(line) if line[:1] != b" " else (line, None)
+        m = P.ITER_HEAD.search(body)
         if m is None:
             return False
-        body, rank = self._rank(line)
         if self.pending is not None:
             self._close_pending(truncated=False)
         if b"nan iterations" in line or len(line) < MIN_WRAP_WIDTH:
-            m = P.ITER_HEAD.search(body)
             self._finish_iteration(line_no, body[m.end():], int(m.group(1)), int(m.group(2)), rank, complete=True)
         else:
             self.pending = [body]
@@ -318,6 +481,8 @@ class _Parser:
             return
         text = b"".join(parts)
         if self.pending_kind == "iteration":
+            if self.shapes and b"nan iterations" in text and self._fast_iteration(self.pending_line, text):
+                return
             m = P.ITER_HEAD.search(text)
             complete = b"nan iterations" in text
             self._finish_iteration(self.pending_line, text[m.end():], int(m.group(1)), int(m.group(2)),
@@ -327,35 +492,42 @@ class _Parser:
 
     def _finish_iteration(self, line_no: int, rest: bytes, iteration: int, total: int, rank: int | None, *,
                           complete: bool, truncated: bool = False, nemo: bool = False) -> None:
-        rec = self.rec
-        rec.recognised_lines += 1
-        tab = rec.iterations
-        row: dict[str, float] = {"iteration": float(iteration), "train_iters": float(total), "line": float(line_no)}
+        self.rec.recognised_lines += 1
+        self._slow_iteration(line_no, rest, iteration, total, rank, complete=complete, truncated=truncated, nemo=nemo)
+
+    def _slow_iteration(self, line_no: int, rest: bytes, iteration: int, total: int, rank: int | None, *,
+                        complete: bool, truncated: bool, nemo: bool) -> None:
+        row: dict[str, float] = {"iteration": float(iteration), "train_iters": float(total)}
         extra: dict[str, float] | None = None
         has_primary = False
         has_loss_scale = False
         cache = self.key_cache
+        keys: list[bytes] = []
+        numeric = True
         for seg in rest.split(b"|"):
             k, sep, v = seg.partition(b":")
             if not sep:
+                if seg.strip():
+                    numeric = False
                 continue
+            keys.append(k)
             spec = cache.get(k)
             if spec is None:
                 spec = cache[k] = self._key_spec(k)
             kind, arg = spec
+            x = _num(v.strip())
+            if x != x and v.strip().lower() not in (b"nan", b"-nan"):
+                numeric = False
             if kind == "col":
                 col, scale = arg
-                x = _num(v.strip())
                 if x == x or col == "grad_norm":
                     row[col] = x * scale if x == x else x
                 if col == "loss_scale":
                     has_loss_scale = True
             elif kind == "primary":
-                x = _num(v.strip())
                 row["loss"] = x
                 has_primary = True
             elif kind == "loss":
-                x = _num(v.strip())
                 if extra is None:
                     extra = {}
                 extra[arg] = x
@@ -365,34 +537,26 @@ class _Parser:
                 row["iteration"] = gs
         else:
             row.pop("global_step", None)
+            if numeric and keys and complete and not truncated and len(self.shapes) < MAX_SHAPES:
+                self.shapes.append(_Shape(keys, cache, float(total)))
         gn = row.get("grad_norm", NAN)
         if "grad_norm" in row and not math.isfinite(gn):
             row["grad_norm_nonfinite"] = 1.0
         elif "grad_norm" in row and gn != gn:
             row.pop("grad_norm")
         row["loss_missing"] = 0.0 if has_primary or nemo or not (complete or has_loss_scale) else 1.0
-        # restarts and duplicates (several ranks printing the same line)
-        it = row["iteration"]
-        if len(tab):
-            last = tab.last("iteration")
-            if it == last and tab.last("elapsed_s") == row.get("elapsed_s", NAN):
-                return
-            if it <= last:
-                self._restart(line_no, b"iteration number went back")
-        flags = self.iter_flags
-        self.iter_flags = 0
-        if self.profiling:
-            flags |= FLAG_PROFILED
-        if truncated:
-            flags |= FLAG_TRUNCATED
-        if self.new_segment_pending:
-            flags |= FLAG_SEGMENT_START
-            self.new_segment_pending = False
-        row["flags"] = float(flags)
-        row["segment"] = float(self.segment)
+        self._commit([row.get(name, NAN) for name in IterationTable.COLUMNS], extra, line_no, rank, truncated, nemo)
+
+    def _commit(self, row: list[float], extra: dict[str, float] | None, line_no: int, rank: int | None,
+                truncated: bool, nemo: bool) -> None:
+        """Append one row; segments, duplicates and window flags are resolved in :meth:`finish`."""
+        row[_C_FLAGS] = float(FLAG_TRUNCATED) if truncated else 0.0
+        row[_C_SEGMENT] = 0.0
+        row[_C_LINE] = float(line_no)
         if rank is not None:
-            rec.ranks_seen.add(rank)
-        tab.append(row, extra)
+            self.rec.ranks_seen.add(rank)
+        self.rows_seen += 1
+        self.rec.iterations.append_values(row, extra)
         self.sources.add("nemo" if nemo else "megatron")
 
     def _key_spec(self, k: bytes) -> tuple[str, Any]:
@@ -405,12 +569,9 @@ class _Parser:
             return "loss", " ".join(_dec(k).split())
         return "ignore", None
 
-    def _restart(self, line_no: int, text: bytes) -> None:
-        self.segment += 1
-        self.rec.segments = self.segment + 1
-        self.rec.restart_lines.append(line_no)
-        self.new_segment_pending = True
-        self._event(line_no, "restart", text)
+    def _mark(self, line_no: int, kind: int) -> None:
+        if len(self.marks) < MAX_MARKS:
+            self.marks.append((line_no, kind))
 
     # ---------------------------------------------------------------- Bridge step time
     def _step_time(self, line_no: int, line: bytes, m: Any) -> None:
@@ -419,8 +580,7 @@ class _Parser:
         self.sources.add("bridge")
         flags = self.step_flags | (FLAG_PROFILED if self.profiling else 0)
         self.step_flags = 0
-        it = rec.iterations.last("iteration") if len(rec.iterations) else NAN
-        rec.step_time.append({"iteration": it, "line": float(line_no), "elapsed_s": float(m.group(1)),
+        rec.step_time.append({"iteration": NAN, "line": float(line_no), "elapsed_s": float(m.group(1)),
                               "tflops": float(m.group(2)) if m.group(2) else NAN, "flags": float(flags),
                               "segment": float(self.segment)})
 
@@ -508,12 +668,16 @@ class _Parser:
         return True
 
     def _continue_block(self, line_no: int, line: bytes) -> bool:
-        body, _ = self._rank(line)
+        body, _ = self._rank(line) if line[:1] != b" " else (line, None)
         kind = self.block
         if kind == "timers":
             m = P.TIMER_MINMAX.match(body)
             if m:
-                self._timer(line_no, m.group(1).decode().strip(), float(m.group(2)), float(m.group(3)))
+                raw = m.group(1)
+                name = self.timer_names.get(raw)
+                if name is None:
+                    name = self.timer_names[raw] = raw.decode("utf-8", "replace").strip()
+                self._timer(line_no, name, float(m.group(2)), float(m.group(3)))
                 return True
             self.block = ""
             return False
@@ -580,12 +744,12 @@ class _Parser:
     def _checkpoint(self, line_no: int, line: bytes) -> None:
         low = line.lower()
         if b"saving checkpoint" in low or b"saved checkpoint" in low:
-            self.iter_flags |= FLAG_CHECKPOINT
+            self._mark(line_no, FLAG_CHECKPOINT)
             self._event(line_no, "checkpoint_save", line)
         elif b"loading checkpoint" in low or b"loaded checkpoint" in low:
             self._event(line_no, "checkpoint_load", line)
-            if len(self.rec.iterations) and not self.new_segment_pending:
-                self._restart(line_no, line)
+            if self.rows_seen:
+                self._mark(line_no, MARK_RESTART)
 
     def _signals(self, line_no: int, line: bytes) -> None:  # noqa: C901 - flat switch on literals
         if b"Capture range" in line or b"nsys" in line or b"Profil" in line or b"profil" in line:
@@ -598,7 +762,7 @@ class _Parser:
             low = line.lower()
             if b"cuda graph" in low or b"cudagraph" in low or b"cuda_graph" in low:
                 if b"captur" in low or b"warmup" in low or b"warm up" in low:
-                    self.iter_flags |= FLAG_GRAPH_CAPTURE
+                    self._mark(line_no, FLAG_GRAPH_CAPTURE)
                     self._event(line_no, "graph_capture", line)
                     return
         if b"Watchdog" in line or b"watchdog" in line:
@@ -674,13 +838,8 @@ class _Parser:
                 self._signal(line_no, "nccl_error", body, rank, context=True)
                 return
         if b"NCCL" in line:
-            if b"Connection closed by localRank" in line:
-                body, rank = self._rank(line)
-                self._signal(line_no, "nccl_connection_closed", body, rank)
-                return
             if b"NCCL WARN" in line:
-                body, rank = self._rank(line)
-                self._signal(line_no, "nccl_warn", body, rank)
+                self._capped(line_no, "nccl_warn", line)
                 return
             if b"ncclUniqueId" in line:
                 body, rank = self._rank(line)
@@ -713,12 +872,13 @@ class _Parser:
         if b"capture range started" in low or b"profiler start" in low or b"start profil" in low or \
                 b"cudaprofilerstart" in low or b"completed stage: warm up" in low:
             self.profiling = True
+            self._mark(line_no, MARK_PROFILE_START)
             self._event(line_no, "profile_start", line)
             return True
         if b"capture range ended" in low or b"profiler stop" in low or b"stop profil" in low or \
                 b"cudaprofilerstop" in low or b"completed stage: collection" in low:
             self.profiling = False
-            self.iter_flags |= FLAG_PROFILED
+            self._mark(line_no, MARK_PROFILE_STOP)
             self.step_flags |= FLAG_PROFILED
             self._event(line_no, "profile_stop", line)
             return True
@@ -751,6 +911,11 @@ class _Parser:
                 self._signal(start, "traceback_unterminated", f"traceback with {len(fr)} frames, no exception line"
                              .encode(), rank, frames=tuple(fr))
         self.frames.clear()
+        for shape in self.shapes:
+            if shape.batch:
+                self.sources.add("megatron")
+            self._flush(shape)
+        self._resolve_rows()
         rec = self.rec
         if "bridge" in self.sources:
             rec.source = "megatron-bridge"
@@ -758,6 +923,74 @@ class _Parser:
             rec.source = "nemo"
         else:
             rec.source = "megatron-lm"
+
+
+    def _resolve_rows(self) -> None:
+        """Order rows by line; drop duplicates (several ranks printing the same line); split segments at restarts
+        (iteration number going back, a new training start or checkpoint load after iterations); set the window
+        flags from the marks (the first row after a checkpoint save / evaluation / graph capture, and the rows of a
+        profiler capture plus the first row after it)."""
+        rec = self.rec
+        tab = rec.iterations
+        n = len(tab)
+        if n:
+            a = tab.view()  # in place when the rows are already in line order without duplicates (the usual case)
+            order = None
+            if (np.diff(a[:, _C_LINE]) < 0).any():
+                order = np.argsort(a[:, _C_LINE], kind="stable")
+                a = a[order]
+            it, el = a[:, _C_ITER], a[:, _C_ELAPSED]
+            dup = (it[1:] == it[:-1]) & ((el[1:] == el[:-1]) | (np.isnan(el[1:]) & np.isnan(el[:-1])))
+            if dup.any() or order is not None:
+                keep = np.ones(n, dtype=bool)
+                keep[1:] = ~dup
+                sel = (order if order is not None else np.arange(n))[keep]
+                a = a[keep]
+                n = len(a)
+            else:
+                sel = None
+            lines, it = a[:, _C_LINE], a[:, _C_ITER]
+            newseg = np.zeros(n, dtype=bool)
+            newseg[1:] = it[1:] <= it[:-1]
+            flags = a[:, _C_FLAGS].astype(np.int64)
+            prof_start = None
+            for line_no, kind in self.marks:
+                j = int(np.searchsorted(lines, line_no))
+                if kind == MARK_RESTART:
+                    if 0 < j < n:
+                        newseg[j] = True
+                elif kind == MARK_PROFILE_START:
+                    prof_start = j
+                elif kind == MARK_PROFILE_STOP:
+                    lo = prof_start if prof_start is not None else j
+                    flags[lo:min(j + 1, n)] |= FLAG_PROFILED
+                    prof_start = None
+                elif j < n:
+                    flags[j] |= kind
+            if prof_start is not None:
+                flags[prof_start:] |= FLAG_PROFILED
+            flags[0] |= FLAG_SEGMENT_START
+            flags[newseg] |= FLAG_SEGMENT_START
+            a[:, _C_FLAGS] = flags
+            a[:, _C_SEGMENT] = np.cumsum(newseg)
+            lines, it = lines.copy(), it.copy()
+            if sel is not None:
+                tab.replace(a, sel)
+            del a
+            rec.segments = int(newseg.sum()) + 1
+            rec.restart_lines = [int(x) for x in lines[newseg]]
+            for ln in rec.restart_lines[:100]:
+                rec.events.append(Event(ln, "restart", "new run segment (restart)", None))
+            rec.events.sort(key=lambda e: e.line)
+            for e in rec.events:
+                j = int(np.searchsorted(lines, e.line, side="right")) - 1
+                e.iteration = int(it[j]) if j >= 0 else None
+            if len(rec.step_time):
+                st = rec.step_time
+                sl = st.col("line")
+                j = np.searchsorted(lines, sl, side="right") - 1
+                sit = np.where(j >= 0, it[np.maximum(j, 0)], np.nan)
+                st.set_col("iteration", sit)
 
 
 def _load_yaml(text: str) -> Any:
@@ -854,7 +1087,7 @@ def read_text_log(path: Path) -> RunRecord:
     parser = _Parser(rec)
     n = 0
     nbytes = 0
-    last = b""
+    tail = b""
     try:
         with _open(path) as f:
             head = f.read(65536)
@@ -863,15 +1096,24 @@ def read_text_log(path: Path) -> RunRecord:
                                  value=str(path), expected="Megatron-LM / Megatron-Bridge / NeMo log text")
             f.seek(0)
             feed = parser.feed
-            for raw in f:
+            tail = b""
+            while True:
+                chunk = f.read(CHUNK_BYTES)
+                if not chunk:
+                    break
+                nbytes += len(chunk)
+                lines = (tail + chunk).split(b"\n") if tail else chunk.split(b"\n")
+                tail = lines.pop()
+                for line in lines:
+                    n += 1
+                    feed(n, line)
+            if tail:
                 n += 1
-                nbytes += len(raw)
-                feed(n, raw)
-                last = raw
+                feed(n, tail)
     except OSError as exc:  # gzip errors, I/O errors
         raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})", field="log",
                          value=str(path)) from None
-    complete = last.endswith(b"\n")
+    complete = not tail
     parser.finish(complete)
     rec.lines = n
     rec.bytes = nbytes

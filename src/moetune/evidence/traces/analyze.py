@@ -66,8 +66,21 @@ def read_traces(paths: list[str | Path]) -> list[RankTrace]:
     """Read every file (a directory = all its per-rank files, one job) into RankTraces."""
     from moetune.evidence.traces.kineto import read_kineto
 
+    files = _expand(paths)
+    kineto = [f for f in files if not f.name.lower().endswith((".sqlite", ".db", ".csv", ".csv.xz", ".parquet"))]
+    workers = int(os.environ.get("MOETUNE_TRACE_WORKERS", "0")) or min(os.cpu_count() or 1, len(kineto))
+    parsed: dict[Path, RankTrace] = {}
+    if workers > 1 and len(kineto) > 1:
+        # one file per process, like HTA's parser pool; results come back as compact numpy arrays
+        import multiprocessing as mp
+
+        with mp.get_context("fork").Pool(workers) as pool:
+            parsed = dict(zip(kineto, pool.map(read_kineto, kineto, chunksize=1), strict=True))
     traces: list[RankTrace] = []
-    for f in _expand(paths):
+    for f in files:
+        if f in parsed:
+            traces.append(parsed[f])
+            continue
         low = f.name.lower()
         if low.endswith((".sqlite", ".db")):
             from moetune.evidence.traces.nsys import read_nsys_sqlite
@@ -331,7 +344,9 @@ def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> t
         worst = max(exp_by_kind, key=exp_by_kind.get)
         evidence.append(f"largest exposed comm kind: {worst} {exp_by_kind[worst] * 1e3:.3f} ms")
     if top_k:
-        evidence.append(f"top kernel: {top_k[0].kernel_class} {top_k[0].name[:80]} ({top_k[0].kernel_time_s * 1e3:.3f} ms)")
+        evidence.append(
+            f"top kernel ({top_k[0].kernel_class}, {top_k[0].kernel_time_s * 1e3:.3f} ms summed): {top_k[0].name[:80]}"
+        )
 
     feats = _features(tr, tax, cls, sel, comp, m, rt_idx, has_rt)
     base.iterations = int(w0.size)

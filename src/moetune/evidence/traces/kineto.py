@@ -18,12 +18,14 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import re
 import zlib
 from array import array
 from pathlib import Path
 
 import ijson
 import numpy as np
+import orjson
 
 from moetune.errors import InputError
 from moetune.evidence.traces.rank_trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET, Interner, RankTrace
@@ -47,6 +49,112 @@ _COMM_ARGS = {
     "Process Group Ranks": "pg_ranks",
 }
 _WINDOW = 1 << 17  # bytes of recent input kept to locate a parse error exactly
+
+
+
+# ------------------------------------------------------------------------------------------- fast event splitter
+class _FallBack(Exception):
+    """The fast splitter met a layout it does not handle: re-read with ijson (which also locates errors)."""
+
+
+_CHUNK = 1 << 22
+_LUT = np.zeros(256, np.int8)
+_LUT[ord("{")] = 1
+_LUT[ord("[")] = 1
+_LUT[ord("}")] = -1
+_LUT[ord("]")] = -1
+_IS_STRUCT = np.zeros(256, bool)
+_IS_STRUCT[[ord(c) for c in '{}[]"']] = True
+_QUOTE, _BSLASH = ord('"'), ord("\\")
+_REL = re.compile(
+    rb'"cat"\s*:\s*"(?:kernel|gpu_memcpy|gpu_memset|cuda_runtime|cuda_driver|user_annotation|gpu_user_annotation'
+    rb'|Kernel|Runtime|Driver)"'
+)
+_STEP = re.compile(rb'"name"\s*:\s*"ProfilerStep')
+_TE = re.compile(rb'"traceEvents"\s*:\s*\[')
+
+
+def _scan(buf: bytes, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Positions of structural bytes outside strings and the nesting depth after each of them."""
+    arr = np.frombuffer(buf, np.uint8)
+    pos = np.flatnonzero(_IS_STRUCT[arr])
+    ch = arr[pos]
+    isq = ch == _QUOTE
+    qpos = pos[isq]
+    if qpos.size and (arr[np.maximum(qpos - 1, 0)] == _BSLASH).any():
+        esc = np.zeros(qpos.size, bool)
+        for k in np.flatnonzero(arr[np.maximum(qpos - 1, 0)] == _BSLASH):
+            j, n = int(qpos[k]) - 1, 0
+            while j >= 0 and buf[j] == _BSLASH:
+                n += 1
+                j -= 1
+            esc[k] = n % 2 == 1
+        isq_idx = np.flatnonzero(isq)
+        isq[isq_idx[esc]] = False
+    parity = np.cumsum(isq) & 1  # odd: inside a string (the opening quote itself counts as inside)
+    outside = (parity == 0) & ~isq
+    spos = pos[outside]
+    delta = _LUT[arr[spos]].astype(np.int32)
+    depth = depth0 + np.cumsum(delta)
+    return spos, delta, depth
+
+
+def _fast_events(fh, counter: list[int]):
+    """Yield the relevant events (dicts) of a Kineto JSON object, skipping the others without building them."""
+    head = fh.read(_CHUNK)
+    m = _TE.search(head)
+    if m is None:
+        raise _FallBack
+    spos, _, depth = _scan(head[: m.start()], 0)
+    if depth.size == 0 or depth[-1] != 1:  # "traceEvents" must be a key of the top-level object
+        raise _FallBack
+    carry = head[m.end() :]
+    done = False
+    while not done:
+        chunk = fh.read(_CHUNK)
+        buf = carry + chunk if chunk else carry
+        if not buf.strip():
+            raise _FallBack  # array never closed: truncated
+        spos, delta, depth = _scan(buf, 1)
+        zero = np.flatnonzero(depth <= 0)
+        if zero.size and depth[zero[0]] < 0:
+            raise _FallBack
+        ends = spos[(delta < 0) & (depth == 1)]
+        starts = spos[(delta > 0) & (depth == 2)]
+        close = spos[(delta < 0) & (depth == 0)]
+        if close.size:
+            done = True
+            limit = int(close[0])
+            ends = ends[ends < limit]
+            starts = starts[starts < limit]
+        if ends.size == 0:
+            if not chunk or done:
+                if done and starts.size == 0:
+                    break
+                raise _FallBack
+            carry = buf
+            continue
+        last = int(ends[-1])
+        starts = starts[starts < last]
+        if starts.size != ends.size:
+            raise _FallBack
+        counter[0] += int(ends.size)
+        hits = [h.start() for h in _REL.finditer(buf, 0, last + 1)]
+        hits += [h.start() for h in _STEP.finditer(buf, 0, last + 1)]
+        if hits:
+            hp = np.array(hits, np.int64)
+            ev = np.unique(np.searchsorted(starts, hp, side="right") - 1)
+            ev = ev[ev >= 0]
+            for i in ev:
+                try:
+                    yield orjson.loads(buf[starts[i] : ends[i] + 1])
+                except orjson.JSONDecodeError as exc:
+                    raise _FallBack from exc
+        if done:
+            break
+        if not chunk:
+            raise _FallBack
+        carry = buf[last + 1 :]
 
 
 class _CountingReader(io.RawIOBase):
@@ -157,32 +265,27 @@ def _read_metadata(path: Path) -> dict:
     return meta
 
 
-def read_kineto(path: str | Path) -> RankTrace:
-    """Read one Kineto trace file into a :class:`RankTrace` (raises :class:`InputError` on a bad file)."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file", field="path", value=str(path), expected="an existing trace file")
-    if path.stat().st_size == 0:
-        raise _fail(path, "empty file", 0, False)
-    first, compressed = _first_char(path)
-    if first not in ("{", "["):
-        raise _fail(path, f"not JSON (starts with {first!r})", 0, compressed)
-    meta = _read_metadata(path) if first == "{" else {}
-    prefix = "traceEvents.item" if first == "{" else "item"
+class _Collector:
+    """Appends the needed fields of relevant events to compact typed arrays."""
 
-    names = Interner()
-    g_ts, g_end, g_name, g_kind = array("q"), array("q"), array("i"), array("b")
-    g_stream, g_corr = array("q"), array("q")
-    r_ts, r_end, r_name, r_corr, r_tid = array("q"), array("q"), array("i"), array("q"), array("q")
-    tr = RankTrace(source=str(path), fmt="kineto")
-    comm_meta: dict[int, dict] = {}
-    devices: set = set()
-    n = 0
-    raw, fh = _open(path)
-    rd = _CountingReader(fh)
-    try:
-        for e in _IJ.items(rd, prefix, use_float=True):
-            n += 1
+    def __init__(self, tr: RankTrace) -> None:
+        self.tr = tr
+        tr.steps.__init__()
+        tr.annotations.__init__()
+        tr.gpu_annotations.__init__()
+        self.names = Interner()
+        self.g = (array("q"), array("q"), array("i"), array("b"), array("q"), array("q"))
+        self.r = (array("q"), array("q"), array("i"), array("q"), array("q"))
+        self.comm_meta: dict[int, dict] = {}
+        self.devices: set = set()
+        self.n = 0
+
+    def consume(self, events) -> None:
+        g_ts, g_end, g_name, g_kind, g_stream, g_corr = self.g
+        r_ts, r_end, r_name, r_corr, r_tid = self.r
+        names, tr, comm_meta, devices = self.names, self.tr, self.comm_meta, self.devices
+        for e in events:
+            self.n += 1
             cat = e.get("cat")
             if cat is None:
                 continue
@@ -223,15 +326,22 @@ def read_kineto(path: str | Path) -> RankTrace:
                 ts, dur = e.get("ts"), e.get("dur")
                 if ts is None or dur is None or e.get("ph", "X") != "X":
                     continue
+                t0 = round(ts * 1000.0)
+                t1 = t0 + round(dur * 1000.0)
+                tid = e.get("tid", 0)
                 if cat == "gpu_user_annotation":
-                    t0 = round(ts * 1000.0)
-                    tr.gpu_annotations.add(name, t0, t0 + round(dur * 1000.0))
+                    tr.gpu_annotations.add(name, t0, t1)
                 elif name.startswith("ProfilerStep"):
-                    t0 = round(ts * 1000.0)
-                    tr.steps.add(name, t0, t0 + round(dur * 1000.0), e.get("tid", 0) if isinstance(e.get("tid"), int) else 0)
+                    tr.steps.add(name, t0, t1, tid if isinstance(tid, int) else 0)
                 elif cat == "user_annotation":
-                    t0 = round(ts * 1000.0)
-                    tr.annotations.add(name, t0, t0 + round(dur * 1000.0))
+                    tr.annotations.add(name, t0, t1)
+
+
+def _read_ijson(path: Path, prefix: str, col: _Collector, compressed: bool) -> int:
+    raw, fh = _open(path)
+    rd = _CountingReader(fh)
+    try:
+        col.consume(_IJ.items(rd, prefix, use_float=True))
     except ijson.JSONError as exc:
         raise _fail(path, f"truncated or corrupt JSON ({str(exc).splitlines()[0]})", _error_offset(str(exc), rd),
                     compressed) from exc
@@ -244,9 +354,43 @@ def read_kineto(path: str | Path) -> RankTrace:
         raise _fail(path, f"not a Chrome trace event ({exc})", rd.pos, compressed) from exc
     finally:
         raw.close()
-    if first == "{" and n == 0 and "traceEvents" not in meta and not _has_key(path, meta):
-        raise _fail(path, "no traceEvents array (not a Kineto/Chrome trace)", 0, compressed)
+    return col.n
 
+
+def read_kineto(path: str | Path) -> RankTrace:
+    """Read one Kineto trace file into a :class:`RankTrace` (raises :class:`InputError` on a bad file)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file", field="path", value=str(path), expected="an existing trace file")
+    if path.stat().st_size == 0:
+        raise _fail(path, "empty file", 0, False)
+    first, compressed = _first_char(path)
+    if first not in ("{", "["):
+        raise _fail(path, f"not JSON (starts with {first!r})", 0, compressed)
+    meta = _read_metadata(path) if first == "{" else {}
+    prefix = "traceEvents.item" if first == "{" else "item"
+
+    tr = RankTrace(source=str(path), fmt="kineto")
+    col = _Collector(tr)
+    done = False
+    if first == "{":
+        raw, fh = _open(path)
+        counter = [0]
+        try:
+            col.consume(_fast_events(fh, counter))
+            n = counter[0]
+            done = True
+        except (_FallBack, EOFError, gzip.BadGzipFile, zlib.error, OSError, TypeError, AttributeError, ValueError):
+            col = _Collector(tr)
+        finally:
+            raw.close()
+    if not done:
+        n = _read_ijson(path, prefix, col, compressed)
+    if first == "{" and n == 0 and not meta:
+        raise _fail(path, "no traceEvents array (not a Kineto/Chrome trace)", 0, compressed)
+    names, comm_meta, devices = col.names, col.comm_meta, col.devices
+    g_ts, g_end, g_name, g_kind, g_stream, g_corr = col.g
+    r_ts, r_end, r_name, r_corr, r_tid = col.r
     tr.n_events = n
     tr.names = names.names
     tr.gpu_start = np.frombuffer(g_ts, np.int64).copy()
@@ -264,10 +408,6 @@ def read_kineto(path: str | Path) -> RankTrace:
     tr.comm_meta = comm_meta
     _apply_meta(tr, meta, devices)
     return tr
-
-
-def _has_key(path: Path, meta: dict) -> bool:
-    return bool(meta)
 
 
 def _apply_meta(tr: RankTrace, meta: dict, devices: set) -> None:

@@ -1,0 +1,137 @@
+"""Log-reader speed and memory: MB/s and peak RSS of ``read_run`` + ``summarize_run`` + ``diagnose_run``.
+
+The log is built in a temporary directory (deleted afterwards) by repeating real excerpts from
+``../shared/data/logs`` with increasing iteration numbers: Megatron-LM iteration lines (log_iteration_1,
+log_regression_slowdown_1), Bridge terminal-wrapped iteration + memory lines and ``Step Time`` lines
+(log_bridge_iteration_memory_1), ``(min, max) time across ranks`` timer blocks (log_timers_minmax_1), NCCL INFO lines
+and traceback frames of other ranks with ``[rankN]:`` prefixes (log_nccl_timeout_1, log_dispatcher_deepep_traceback_1),
+some with ANSI colour codes. Each size is parsed in a fresh subprocess so that peak RSS is the reader's own.
+
+    python bench/logs_speed.py [--sizes 100,512] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from conftest import DATA  # noqa: E402
+
+LOGS = DATA / "logs"
+ITER_RX = re.compile(r"iteration\s+(\d+)/\s*(\d+)")
+
+
+def _lines(name: str) -> list[str]:
+    return (LOGS / name).read_text().splitlines()
+
+
+def build_log(path: Path, size_mb: int) -> dict:
+    """Write a >= size_mb MB log; returns counts."""
+    mlm = _lines("log_iteration_1.txt") + _lines("log_regression_slowdown_1.txt")
+    bridge = _lines("log_bridge_iteration_memory_1.txt")[:7]  # wrapped iteration (4), memory (2), Step Time (1)
+    timers = _lines("log_timers_minmax_1.txt")[6:9]  # "(min, max) time across ranks" + two timers
+    nccl = [ln for ln in _lines("log_nccl_timeout_1.txt") if "NCCL INFO" in ln]
+    frames = _lines("log_dispatcher_deepep_traceback_1.txt")
+    # templates with the iteration number replaced
+    mlm_t = [ITER_RX.sub(lambda m: "iteration %8d/ 1000000", ln).replace("%8d", "{it:8d}") for ln in mlm]
+    target = size_mb * 1_000_000
+    written = 0
+    it = 0
+    n_lines = 0
+    with open(path, "w") as f:
+        while written < target:
+            buf = []
+            for _ in range(1000):
+                it += 1
+                if it % 7 == 0:
+                    head = bridge[0]
+                    head = ITER_RX.sub(f"iteration {it:8d}/ 1000000", head)
+                    buf.append(head)
+                    buf.extend(bridge[1:4])
+                    if it % 70 == 0:
+                        buf.extend(bridge[4:7])
+                else:
+                    buf.append(mlm_t[it % len(mlm_t)].format(it=it))
+                r = it % 16
+                buf.append(f"[rank{r}]: " + nccl[it % len(nccl)])
+                buf.append(f"\x1b[32m[rank{(r + 5) % 16}]: " + nccl[(it + 1) % len(nccl)] + "\x1b[0m")
+                if it % 10 == 0:
+                    buf.extend(timers)
+                if it % 97 == 0:
+                    buf.extend(f"[rank{(r + 3) % 16}]:" + ln.split("]:", 1)[-1] for ln in frames[:3])
+            chunk = "\n".join(buf) + "\n"
+            f.write(chunk)
+            written += len(chunk)
+            n_lines += len(buf)
+    return {"bytes": written, "lines": n_lines, "iterations": it}
+
+
+CHILD = r"""
+import json, resource, sys, time
+t0 = time.perf_counter()
+from moetune.evidence.logs import read_run
+from moetune.evidence.steady import summarize_run
+from moetune.evidence.diagnose import diagnose_run
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+t1 = time.perf_counter()
+rec = read_run(sys.argv[1])
+t2 = time.perf_counter()
+s = summarize_run(rec)
+f = diagnose_run(rec)
+t3 = time.perf_counter()
+print(json.dumps({"read_s": t2 - t1, "analyse_s": t3 - t2, "iterations": len(rec.iterations),
+                  "lines": rec.lines, "bytes": rec.bytes, "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "base_rss_kb": base, "median": s.step_time_s["median"], "findings": len(f)}))
+"""
+
+
+def measure(path: Path) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100,512", help="log sizes in MB (comma separated); the largest must be >= 500")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per size (best is reported)")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",")]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="moetune_logs_bench_") as tmp:
+        for size in sizes:
+            path = Path(tmp) / f"bench_{size}mb.log"
+            t0 = time.perf_counter()
+            info = build_log(path, size)
+            build_s = time.perf_counter() - t0
+            best = None
+            for _ in range(args.repeat):
+                m = measure(path)
+                if best is None or m["read_s"] < best["read_s"]:
+                    best = m
+            rows.append((size, info, build_s, best))
+            os.remove(path)
+    print()
+    print("| log MB | lines | iterations | read s | MB/s (read) | MB/s (read+summary+diagnose) | peak RSS MB |"
+          " RSS above import MB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for _size, info, _build_s, m in rows:
+        mb = info["bytes"] / 1e6
+        print(f"| {mb:.0f} | {m['lines']:,} | {m['iterations']:,} | {m['read_s']:.1f} | {mb / m['read_s']:.1f} | "
+              f"{mb / (m['read_s'] + m['analyse_s']):.1f} | {m['rss_kb'] / 1024:.0f} | "
+              f"{(m['rss_kb'] - m['base_rss_kb']) / 1024:.0f} |")
+    print()
+    print("RSS above import grows only with the per-iteration numeric columns (18 float64 per logged iteration), not "
+          "with the text volume.")
+
+
+if __name__ == "__main__":
+    main()
