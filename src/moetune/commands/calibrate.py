@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
             return np.asarray(out_)
 
         before = predict(base)
-        nfit = len(names or base.names)
+        nfit = len(names or base.fit_names)
         res = fit(predict, meas, base, names, max_nfev=max_nfev * nfit)
         after = predict(res.efficiency)
 

@@ -36,6 +36,7 @@ class ParamSpec:
     lo: float
     hi: float
     source: str = ""
+    fixed: bool = False  #: kept at its value by default fits (set from sources, not identifiable from throughput)
 
 
 @dataclass
@@ -63,6 +64,11 @@ class Efficiency:
     def names(self) -> list[str]:
         return list(self.specs)
 
+    @property
+    def fit_names(self) -> list[str]:
+        """Parameters a default fit adjusts (all but the ``fixed`` ones)."""
+        return [k for k, s in self.specs.items() if not s.fixed]
+
     def with_values(self, values: dict[str, float], *, origin: str | None = None,
                     fit_info: dict[str, Any] | None = None) -> Efficiency:
         new = dict(self.values)
@@ -75,7 +81,7 @@ class Efficiency:
             "format": FORMAT,
             "params": {
                 k: {"value": float(round(self.values[k], 6)), "prior": s.prior, "bounds": [s.lo, s.hi],
-                    "source": s.source}
+                    "source": s.source, **({"fixed": True} if s.fixed else {})}
                 for k, s in self.specs.items()
             },
             "constants": self.constants,
@@ -100,17 +106,19 @@ def _parse(data: Any, origin: str) -> Efficiency:
                 prior = float(p.get("prior", val))
                 lo, hi = (float(x) for x in p.get("bounds", [val * 0.1, val * 10]))
                 src = str(p.get("source", ""))
+                fixed = bool(p.get("fixed", False))
             else:
                 val = float(p)
                 old = specs.get(name)
                 prior, lo, hi, src = (old.prior, old.lo, old.hi, old.source) if old else (val, val / 10, val * 10, "")
+                fixed = old.fixed if old else False
         except (KeyError, TypeError, ValueError):
             raise InputError.bad_value(f"efficiency.params.{name}", p, "a number or {value, prior, bounds}") from None
         if base is not None and name not in base.specs:
             raise InputError.bad_value("efficiency.params", name, f"one of {', '.join(base.specs)}")
         if not (math.isfinite(val) and val > 0):
             raise InputError.bad_value(f"efficiency.params.{name}", val, "a positive number")
-        specs[name] = ParamSpec(name, val, prior, lo, hi, src)
+        specs[name] = ParamSpec(name, val, prior, lo, hi, src, fixed)
         values[name] = val
     constants = dict(base.constants) if base else {}
     constants.update(data.get("constants") or {})
@@ -186,7 +194,7 @@ def fit(
     """
     from scipy.optimize import least_squares
 
-    names = list(names or base.names)
+    names = list(names or base.fit_names)
     meas = np.asarray(measured, dtype=float)
     specs = [base.specs[n] for n in names]
     x0 = np.log([min(max(base.values[n], s.lo * 1.0001), s.hi * 0.9999) for n, s in zip(names, specs, strict=True)])

@@ -295,7 +295,8 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention, quant_gemms=n_quant if quant else 0,
                                 scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
                                 kernels=consts["kernels_per_layer"],
-                                shared=bool(model.moe_shared_expert_intermediate_size))
+                                shared=bool(model.moe_shared_expert_intermediate_size),
+                                tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1)
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
 
 
@@ -308,7 +309,7 @@ def _cached_layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType
            job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.precision,
            feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend, feat.sequence_parallel,
            feat.cp_comm_type, feat.cuda_graph_impl, feat.cuda_graph_scope, feat.moe_expert_capacity_factor,
-           id(consts))
+           feat.tp_comm_overlap, id(consts))
     hit = _TYPE_CACHE.get(key)
     if hit is not None:
         return hit[1]
@@ -555,7 +556,9 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
         "peak_b": peak_b, "peak_q": peak_q, "eff_b": eff_b, "eff_q": eff_q, "knee": eff["gemm_knee"],
         "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "attn_eff": eff.get(f"attn_eff.{attn_cls}", eff.get(f"attn_eff.{arch}", 0.45)),
         "nv": job.system.nvlink_bw_gbs * eff["nvlink_eff"], "nic": job.system.scaleout_bw_gbs * eff["scaleout_eff"],
+        "nv_a2a": job.system.nvlink_bw_gbs * eff.get("nvlink_a2a_eff", eff["nvlink_eff"]),
         "launch_us": eff.get(f"launch_us.{cpu}", 6.0), "qb": qb, "ep_eff": eff["ep_overlap_eff"],
+        "host_p": eff.get("host_queue_sharpness", 4.0),
     }
 
 
@@ -581,10 +584,11 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         g, a, e, rec, g_tp, g_exp = _price(lt.work, r, prof.recompute_frac, prof.full_recompute_frac)
         comp = 3 * (g + a + e)  # fwd + bwd (dgrad + wgrad ≈ 2× fwd; attention bwd counted as 2× fwd FLOPs)
         tp_comm = 2 * C.ring_seconds(lt.tp_bytes, lay.tp, tp_busbw) if lay.tp > 1 else 0.0
-        tp_exp = S.tp_exposed(tp_comm, 3 * g_tp, overlap=tp_overlap, splits=splits)
+        tp_exp = S.tp_exposed(tp_comm, 3 * g_tp, overlap=tp_overlap, splits=splits,
+                              sm_frac=consts["tp_overlap_sms"] / job.system.gpu.sm_count)
         cp_comm = 2 * lt.cp_bytes / (cp_busbw * 1e9) if lay.cp > 1 else 0.0
         cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=feat.cp_comm_type)
-        a2a_one = C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r["nv"], r["nic"]) if lt.is_moe else 0.0
+        a2a_one = C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r["nv_a2a"], r["nic"]) if lt.is_moe else 0.0
         rec_a2a = prof.recompute_a2a * a2a_one
         if prof.full_recompute_frac > 0 and lt.is_moe:
             rec_a2a = 2 * a2a_one * prof.full_recompute_frac
@@ -614,13 +618,13 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
             a2a_tot += n * q["a2a"]
             exp_tot += n * q["exp"]
             gpu_t = q["comp"] + q["tp"] + q["cp"] + q["rec"] + (0.0 if ep_overlap else q["a2a"])
-            host_gap += n * (max(0.0, q["host"] - gpu_t) + (0.0 if ep_overlap else q["sync"]))
+            host_gap += n * (H.host_exposed(q["host"], gpu_t, r["host_p"]) + (0.0 if ep_overlap else q["sync"]))
         if st.extra is not None:
             g, a, e, _, _, _ = _price(st.extra, r, {}, 0.0)
             w["compute"] += 3 * (g + a + e)
             w["gemm"] += 3 * g
             w["mem"] += 3 * e
-            host_gap += max(0.0, st.extra_kernels * r["launch_us"] * 1e-6 - 3 * (g + a + e))
+            host_gap += H.host_exposed(st.extra_kernels * r["launch_us"] * 1e-6, 3 * (g + a + e), r["host_p"])
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
         partner = w["compute"]
         if feat.delay_wgrad_compute:
