@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         tab.add_column("before", justify="right")
         tab.add_column("after", justify="right")
         for k in eff.names:
-            mark = "" if k in res.fitted else " (fixed)"
+            mark = "" if k in res.fitted else " (kept)"
             tab.add_row(k + mark, f"{base.values[k]:.4g}", f"{eff.values[k]:.4g}")
         console.print(tab)
         b, a = info["before"], info["after"]
