@@ -128,6 +128,11 @@ def main(argv=None) -> int:
     print(f"{'overall (LOMO)':<26} {n:>4} {md:9.1f} {p9:8.1f}")
 
     one_variable_checks(eff)
+    t1 = time.perf_counter()
+    for r in runs:
+        estimate_time(r.job, eff)
+    print(f"\nestimate_time speed: {1e3 * (time.perf_counter() - t1) / len(runs):.2f} ms/job "
+          f"(warm per-model caches, {len(runs)} published jobs)")
     if args.write_catalog and args.refit:
         eff = eff.with_values({}, fit_info={
             "method": "scipy.optimize.least_squares on log(pred/published), soft-L1, weak prior to documented priors",
