@@ -204,6 +204,8 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     k_top = float(model.moe_router_topk or 1)
     E = float(model.num_moe_experts or 1)
     up_frac = _mla_up_fraction(model) if mixer in ("A", "W") else 0.0
+    # TE userbuffers TP overlap (ring exchange) runs each TP-sharded GEMM as TP chunks of t_a/TP rows
+    m_tp = t_a / tp if (feat.tp_comm_overlap and feat.sequence_parallel and tp > 1) else t_a
     cast_elems = 0.0
     n_quant = 0
     for name, f in comps.items():
@@ -215,18 +217,18 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
         elif kind == "attn_proj":
             n_eff = f / (2 * h) / tp
             if up_frac > 0:
-                wl.gemm(t_a * f / tp * up_frac, t_a, n_eff, h, quant=quant, tag="mla_up", layer=i)
-                wl.gemm(t_a * f / tp * (1 - up_frac), t_a, n_eff, h, quant=quant, tag="attn_proj", layer=i)
+                wl.gemm(t_a * f / tp * up_frac, m_tp, n_eff, h, quant=quant, tag="mla_up", layer=i)
+                wl.gemm(t_a * f / tp * (1 - up_frac), m_tp, n_eff, h, quant=quant, tag="attn_proj", layer=i)
             else:
-                wl.gemm(t_a * f / tp, t_a, n_eff, h, quant=quant, tag="attn_proj", layer=i)
+                wl.gemm(t_a * f / tp, m_tp, n_eff, h, quant=quant, tag="attn_proj", layer=i)
             cast_elems += 2 * h
             n_quant += 2
         elif kind == "mlp":
-            wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="mlp", layer=i)
+            wl.gemm(t_a * f / tp, m_tp, f / (2 * h) / tp, h, quant=quant, tag="mlp", layer=i)
             cast_elems += h  # FC2's input is quantised inside the fused activation kernel (TE act + cast)
             n_quant += 2
         elif kind == "mixer":
-            wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="mixer", layer=i)
+            wl.gemm(t_a * f / tp, m_tp, f / (2 * h) / tp, h, quant=quant, tag="mixer", layer=i)
             cast_elems += 2 * h
             n_quant += 2
         elif kind == "experts":
@@ -238,7 +240,7 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
             cast_elems += k_top * d_in / etp
             n_quant += 2
         elif kind == "shared":
-            wl.gemm(t_a * f / tp, t_a, f / (2 * h) / tp, h, quant=quant, tag="shared", layer=i)
+            wl.gemm(t_a * f / tp, m_tp, f / (2 * h) / tp, h, quant=quant, tag="shared", layer=i)
             cast_elems += h
             n_quant += 2
         elif kind == "router":
@@ -348,19 +350,28 @@ def _stages_uncached(job: Job, notes: list[str], pipeline_stages, LayoutError):
     except LayoutError as exc:
         pp, v = job.layout.pp, job.layout.vpp_size
         n_st = pp * v
-        nl = job.model.num_layers
-        n_mtp = job.model.mtp_num_layers
-        units = nl + n_mtp  # an MTP layer costs about one decoder layer (docs/domain.md §2.2)
-        bounds = [round(k * units / n_st) for k in range(n_st + 1)]
+        model = job.model
+        nl = model.num_layers
+        n_mtp = model.mtp_num_layers
+        # balance forward FLOPs over the stages: decoder layers, MTP layers (copies of the last layer) and the
+        # output layer + loss on the last stage, as hand-written Bridge layouts do for such models
+        fwd = _fwd_layer_flops(model, job.seq_length)
+        total = _total_flops(model, job.seq_length, job.layout.tp)
+        loss_w = max(total / 3.0 - sum(fwd) - n_mtp * fwd[-1], 0.0)
+        weights = [*fwd, *([fwd[-1]] * n_mtp)]
+        grand = sum(weights) + loss_w
+        target = grand / n_st
         ids: list[list[int]] = [[] for _ in range(pp)]
         mtp = [0] * pp
-        for k in range(n_st):
-            for u in range(bounds[k], bounds[k + 1]):
-                if u < nl:
-                    ids[k % pp].append(u)
-                else:
-                    mtp[k % pp] += 1
-        notes.append(f"pipeline split: {str(exc)[:90]} -> decoder and MTP layers spread evenly over {n_st} stages")
+        acc = 0.0
+        for u, w in enumerate(weights):
+            k = min(int((acc + w / 2) / target), n_st - 1)
+            acc += w
+            if u < nl:
+                ids[k % pp].append(u)
+            else:
+                mtp[k % pp] += 1
+        notes.append(f"pipeline split: {str(exc)[:90]} -> layers split over {n_st} stages by forward FLOPs")
         return ids, [p == 0 for p in range(pp)], [p == pp - 1 for p in range(pp)], mtp, v
     v = len(ranks[0].chunks) if ranks else 1
     return ([list(r.layers) for r in ranks], [r.embedding for r in ranks], [r.loss for r in ranks],
