@@ -455,7 +455,7 @@ class _Parser:
             return False
         head = line.lstrip()[:12]
         if head.startswith((b"[", b">", b"Traceback", b"File ", b"(min", b"time (ms)", b"Step Time", b"Number of",
-                            b"Theoretical", b"Training epoch", b"iteration ")):
+                            b"Theoretical", b"Training epoch")):
             return False
         return P.ITER_HEAD.search(line) is None
 

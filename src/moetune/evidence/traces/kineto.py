@@ -63,8 +63,10 @@ _LUT[ord("{")] = 1
 _LUT[ord("[")] = 1
 _LUT[ord("}")] = -1
 _LUT[ord("]")] = -1
-_IS_STRUCT = np.zeros(256, bool)
-_IS_STRUCT[[ord(c) for c in '{}[]"']] = True
+_IS_BRACE = np.zeros(256, bool)
+_IS_BRACE[[ord(c) for c in "{}[]"]] = True
+_ALLOWED = np.zeros(256, bool)  # bytes legal outside JSON strings
+_ALLOWED[[ord(c) for c in '{}[]:,"0123456789+-.eE \t\r\ntruefalsn']] = True
 _QUOTE, _BSLASH = ord('"'), ord("\\")
 _REL = re.compile(
     rb'"cat"\s*:\s*"(?:kernel|gpu_memcpy|gpu_memset|cuda_runtime|cuda_driver|user_annotation|gpu_user_annotation'
@@ -75,25 +77,28 @@ _TE = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
 def _scan(buf: bytes, depth0: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Positions of structural bytes outside strings and the nesting depth after each of them."""
+    """Positions of braces/brackets outside strings and the nesting depth after each of them.
+
+    Also a cheap validity screen: outside strings only JSON punctuation, numbers, whitespace and the letters of
+    true/false/null may appear; anything else (a corrupt byte) aborts the fast path so that ijson reports it.
+    """
     arr = np.frombuffer(buf, np.uint8)
-    pos = np.flatnonzero(_IS_STRUCT[arr])
-    ch = arr[pos]
-    isq = ch == _QUOTE
-    qpos = pos[isq]
-    if qpos.size and (arr[np.maximum(qpos - 1, 0)] == _BSLASH).any():
-        esc = np.zeros(qpos.size, bool)
-        for k in np.flatnonzero(arr[np.maximum(qpos - 1, 0)] == _BSLASH):
+    isq = arr == _QUOTE
+    qpos = np.flatnonzero(isq)
+    if qpos.size:
+        prev = arr[np.maximum(qpos - 1, 0)] == _BSLASH
+        for k in np.flatnonzero(prev):
             j, n = int(qpos[k]) - 1, 0
             while j >= 0 and buf[j] == _BSLASH:
                 n += 1
                 j -= 1
-            esc[k] = n % 2 == 1
-        isq_idx = np.flatnonzero(isq)
-        isq[isq_idx[esc]] = False
-    parity = np.cumsum(isq) & 1  # odd: inside a string (the opening quote itself counts as inside)
-    outside = (parity == 0) & ~isq
-    spos = pos[outside]
+            if n % 2 == 1:
+                isq[qpos[k]] = False
+    inside = np.cumsum(isq, dtype=np.uint8) & 1  # uint8 wraps, parity survives
+    outside = (inside == 0) & ~isq
+    if (outside & ~_ALLOWED[arr]).any():
+        raise _FallBack
+    spos = np.flatnonzero(outside & _IS_BRACE[arr])
     delta = _LUT[arr[spos]].astype(np.int32)
     depth = depth0 + np.cumsum(delta)
     return spos, delta, depth
