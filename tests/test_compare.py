@@ -102,3 +102,20 @@ def test_bootstrap_interval_brackets_the_point_estimate(n, scale, seed):
     # and it is scale-equivariant: multiplying B by a constant shifts the ratio interval accordingly
     lo2, hi2 = bootstrap_ratio_ci(a, 2 * b)
     assert (1 + lo2 / 100) == pytest.approx(2 * (1 + lo / 100)) and (1 + hi2 / 100) == pytest.approx(2 * (1 + hi / 100))
+
+
+def test_config_differences_ranked_by_predicted_effect(shared_data):
+    pytest.importorskip("moetune.perfmodel.step")
+    pytest.importorskip("moetune.io.config_to_job")
+    a = read_run(GOLD / f"{CASE}.json")
+    b = read_run(GOLD / f"{CASE}.json")
+    b.config = dict(b.config)
+    b.config["model.tensor_model_parallel_size"] = 1
+    b.config["train.micro_batch_size"] = 2
+    c = compare_runs(a, b, gpus=8)
+    assert c.verdict == "not_comparable"  # two variables changed at once
+    assert c.ranking.startswith("ranked by")
+    effects = [abs(e.predicted_effect_pct) for e in c.explanations]
+    assert {e.field for e in c.explanations} == {"tp", "micro_batch_size"}
+    assert effects == sorted(effects, reverse=True) and all(x > 0 for x in effects)
+    assert compare_runs(a, b).ranking.startswith("not ranked: GPU count unknown")

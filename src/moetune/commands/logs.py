@@ -137,6 +137,8 @@ def compare_cmd(
     window_a: Annotated[str | None, typer.Option("--window-a", help="Declared window of A, FIRST-LAST")] = None,
     window_b: Annotated[str | None, typer.Option("--window-b", help="Declared window of B, FIRST-LAST")] = None,
     window: Annotated[str | None, typer.Option("--window", help="Declared window for both runs")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="GPU count (to rank differences by the model)")]
+    = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout")] = False,
 ) -> None:
     """Is B slower or faster than A, by how much, beyond noise, and which differences explain it."""
@@ -151,7 +153,7 @@ def compare_cmd(
     for r in (ra, rb):
         if not r.has_iterations:
             raise NoIterationsError(_no_iter_message(r))
-    c = compare_runs(ra, rb, window_a=wa, window_b=wb)
+    c = compare_runs(ra, rb, window_a=wa, window_b=wb, gpus=gpus)
     if json_out:
         print_json(c)
         return

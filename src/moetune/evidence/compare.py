@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from moetune.evidence.contract import FIELDS, ContractCheck, check_contract, contract_fields
+from moetune.evidence.contract import ContractCheck, check_contract, contract_fields, field_of_leaf
 from moetune.evidence.logs import RunRecord
 from moetune.evidence.steady import BOOTSTRAP_SEED, CONFIDENCE, steady_window
 
@@ -95,37 +95,61 @@ def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _predict(rec_a: RunRecord, rec_b: RunRecord, diffs: list[str]) -> tuple[dict[str, float], str]:
-    """Predicted step-time change (percent) of each differing field alone, from moetune's step-time model."""
+def _system_for(rec: RunRecord) -> str | None:
+    """Catalog system for the GPU a run record names (e.g. ``H100`` -> ``DGX-H100``), if any."""
+    gpu = str(rec.meta.get("gpu") or rec.config.get("gpu") or "").upper()
+    if not gpu:
+        return None
+    try:
+        from moetune.catalog.systems import list_systems
+
+        names = list_systems()
+    except Exception:  # noqa: BLE001 - catalog optional here
+        return None
+    for name in names:
+        n = str(getattr(name, "name", name))
+        if n.upper() in (f"DGX-{gpu}", f"{gpu}-NVL72"):
+            return n
+    return None
+
+
+def _predict(rec_a: RunRecord, rec_b: RunRecord, diffs: list[str], gpus: int | None
+             ) -> tuple[dict[str, float], str]:
+    """Predicted step-time change (percent) of each differing field alone, from moetune's step-time model
+    (``moetune.perfmodel.step.estimate_time`` on the Job built by ``moetune.io.config_to_job.job_from_config``)."""
     try:
         from moetune.perfmodel.step import estimate_time
     except Exception as exc:  # noqa: BLE001 - optional dependency (helper E's model)
         return {}, f"step-time model unavailable ({type(exc).__name__})"
     try:
-        from moetune.io.config_to_job import config_to_job  # type: ignore[import-not-found]
+        from moetune.io.config_to_job import job_from_config
     except Exception as exc:  # noqa: BLE001 - optional dependency (helper C's reader)
         return {}, f"config-to-Job reader unavailable ({type(exc).__name__})"
+    n = gpus or contract_fields(rec_a).get("gpus")
+    if not n:
+        return {}, "not ranked: GPU count unknown (pass --gpus to rank by predicted effect)"
+    system = _system_for(rec_a)
     try:
-        cfg_a = _unflatten(rec_a.config)
-        base = estimate_time(config_to_job(cfg_a)).step_time_s
+        base = estimate_time(job_from_config(_unflatten(rec_a.config), gpus=int(n), system=system)).step_time_s
         out: dict[str, float] = {}
-        leaf_to_field = {leaf: name for name, (_c, leaves) in FIELDS.items() for leaf in leaves}
         for key in rec_b.config:
-            leaf = key.rsplit(".", 1)[-1]
-            name = leaf_to_field.get(leaf)
+            name = field_of_leaf(key.rsplit(".", 1)[-1])
             if name not in diffs or rec_a.config.get(key) == rec_b.config[key]:
                 continue
             variant = _unflatten({**rec_a.config, key: rec_b.config[key]})
-            t = estimate_time(config_to_job(variant)).step_time_s
+            t = estimate_time(job_from_config(variant, gpus=int(n), system=system)).step_time_s
             out[name] = out.get(name, 0.0) + (t / base - 1.0) * 100.0
         return out, "ranked by moetune's predicted step-time change of each difference alone"
     except Exception as exc:  # noqa: BLE001 - logs rarely carry everything a Job needs
-        return {}, f"could not build a Job from the printed configuration ({type(exc).__name__}: {exc})"[:200]
+        return {}, f"not ranked: could not build a Job from the printed configuration ({exc})"[:240]
 
 
-def _explain(rec_a: RunRecord, rec_b: RunRecord, chk: ContractCheck, verdict: str) -> tuple[list[Explanation], str]:
+def _explain(rec_a: RunRecord, rec_b: RunRecord, chk: ContractCheck, verdict: str, gpus: int | None
+             ) -> tuple[list[Explanation], str]:
     diffs = [d.field for d in chk.differences]
-    pred, ranking = _predict(rec_a, rec_b, diffs) if diffs else ({}, "no configuration differences")
+    config_diffs = [d for d in diffs if d != "platform" and not d.startswith("version:")]
+    pred, ranking = _predict(rec_a, rec_b, config_diffs, gpus) if config_diffs else \
+        ({}, "no configuration differences to rank")
     out = []
     for d in chk.differences:
         note = ""
@@ -147,7 +171,7 @@ def _explain(rec_a: RunRecord, rec_b: RunRecord, chk: ContractCheck, verdict: st
 
 
 def compare_runs(a: RunRecord, b: RunRecord, *, window_a: tuple[int, int] | None = None,
-                 window_b: tuple[int, int] | None = None) -> Comparison:
+                 window_b: tuple[int, int] | None = None, gpus: int | None = None) -> Comparison:
     """Compare the steady step time of run B against run A (module docstring)."""
     wa, wb = steady_window(a, window_a), steady_window(b, window_b)
     ta, tb = wa.times_s[-MAX_SAMPLES:], wb.times_s[-MAX_SAMPLES:]
@@ -171,7 +195,7 @@ def compare_runs(a: RunRecord, b: RunRecord, *, window_a: tuple[int, int] | None
         verdict = "improvement"
     else:
         verdict = "no_change"
-    expl, ranking = _explain(a, b, chk, verdict)
+    expl, ranking = _explain(a, b, chk, verdict, gpus)
     method = (f"median step time over each steady window; {int(CONFIDENCE * 100)}% percentile bootstrap "
               f"({BOOTSTRAP_RESAMPLES} resamples) of median(B)/median(A) - 1; verdict needs the interval to exclude 0 "
               f"and |delta| >= {MIN_EFFECT_PCT}%")

@@ -59,6 +59,26 @@ FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: config leaves behind the derived contract fields (precision, dispatcher, routing)
+DERIVED_LEAVES: dict[str, tuple[str, ...]] = {
+    "precision": ("bf16", "fp16", "fp8", "fp8_recipe", "fp4", "fp4_recipe", "mixed_precision"),
+    "dispatcher": ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "moe_enable_deepep"),
+    "routing": ("moe_router_force_load_balancing", "moe_expert_capacity_factor", "moe_pad_expert_input_to_capacity",
+                "moe_router_load_balancing_type"),
+}
+
+
+def field_of_leaf(leaf: str) -> str | None:
+    """The contract field a config leaf belongs to."""
+    for name, (_cls, leaves) in FIELDS.items():
+        if leaf in leaves:
+            return name
+    for name, leaves in DERIVED_LEAVES.items():
+        if leaf in leaves:
+            return name
+    return None
+
+
 def _leaf_map(config: dict[str, Any]) -> dict[str, Any]:
     """``section.field`` and plain names -> value (first occurrence wins; ``model.`` beats other sections)."""
     out: dict[str, Any] = {}
