@@ -16,6 +16,20 @@ def _ms(x: float | None) -> str:
     return "—" if x is None else f"{x * 1e3:.2f}"
 
 
+def _short(name: str, width: int = 60) -> str:
+    """Kernel name without return type, template and argument lists (display only)."""
+    out, depth = [], 0
+    for ch in name.removeprefix("void "):
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip() or name
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _pct(x: float | None) -> str:
     return "—" if x is None else f"{x:.1f}"
 
@@ -63,7 +77,7 @@ def _show_report(rep) -> None:
             for col in ("class", "count", "kernel ms", "mean µs", "name"):
                 tk.add_column(col)
             for k in r.top_kernels:
-                tk.add_row(k.kernel_class, str(k.count), _ms(k.kernel_time_s), f"{k.mean_us:.1f}", k.name[:90])
+                tk.add_row(k.kernel_class, str(k.count), _ms(k.kernel_time_s), f"{k.mean_us:.1f}", _short(k.name))
             console.print(tk)
         for n in r.notes:
             console.print(f"  note: {n}")
