@@ -139,3 +139,13 @@ def test_efficiency_file_and_env(tmp_path, monkeypatch):
     assert slow.step_time_s > estimate_time(qwen_job()).step_time_s
     monkeypatch.setenv("MOETUNE_EFFICIENCY", str(p))
     assert estimate_time(qwen_job()).step_time_s == pytest.approx(slow.step_time_s)
+
+
+def test_routing_imbalance_and_unfused_attention_slow_the_step():
+    balanced = estimate_time(qwen_job())
+    hot = estimate_time(qwen_job(moe_router_force_load_balancing=False, moe_routing_imbalance=1.3))
+    assert hot.step_time_s > balanced.step_time_s
+    assert any("1.3x" in a for a in hot.assumptions)
+    padded = estimate_time(qwen_job(moe_expert_capacity_factor=1.5, moe_pad_expert_input_to_capacity=True))
+    assert padded.step_time_s > balanced.step_time_s
+    assert estimate_time(llama_job(attention_backend="unfused")).step_time_s > estimate_time(llama_job()).step_time_s

@@ -205,3 +205,9 @@ def mamba_bytes(d_inner: float, ngroups: float, state: float, heads: float, head
     states = 2 * heads * head_dim * state * 4.0 / chunk
     gated_norm = 3 * d_inner * BF16_BYTES
     return conv + scan + states + gated_norm
+
+
+def unfused_attention_bytes(heads: float, context: float) -> float:
+    """Forward bytes per token of unfused attention (Megatron ``DotProductAttention``): write the BF16 scores of
+    ``heads`` × ``context`` keys, read/write them in the masked softmax, read them for the AV product."""
+    return heads * context * BF16_BYTES * 4

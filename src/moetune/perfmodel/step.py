@@ -174,6 +174,20 @@ def _classify(name: str) -> str:
     return "other"
 
 
+def _expert_load(feat, num_experts: float, topk: float) -> float:
+    """Tokens on the hottest expert rank relative to the mean: the capacity factor when inputs are padded to
+    capacity (drop-and-pad), else the routing imbalance (1 under force-balancing); dropless runs wait for the
+    hottest rank (docs/domain.md §3.2-3.3)."""
+    if feat.moe_expert_capacity_factor is not None and feat.moe_pad_expert_input_to_capacity:
+        return float(feat.moe_expert_capacity_factor)
+    if feat.moe_router_force_load_balancing:
+        return 1.0
+    load = float(feat.moe_routing_imbalance)
+    if feat.moe_expert_capacity_factor is not None:
+        load = min(load, float(feat.moe_expert_capacity_factor))
+    return load
+
+
 def _mla_up_fraction(model: ModelArch) -> float:
     """Share of MLA projection FLOPs in the up-projections (shape split for ``mla_up_proj`` recompute)."""
     if not model.multi_latent_attention:
@@ -232,11 +246,12 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
             cast_elems += 2 * h
             n_quant += 2
         elif kind == "experts":
-            m_exp = t_gpu * k_top * ep * etp / E
+            load = _expert_load(feat, E, k_top)
+            m_exp = t_gpu * k_top * ep * etp / E * load
             groups = max(E / ep, 1.0)
             d_in = float(model.moe_latent_size or h)  # latent MoE runs its experts at the latent width
             n_exp = f / (2 * d_in * k_top) / etp
-            wl.gemm(t_gpu * f, m_exp, n_exp, d_in, groups=groups, quant=quant, tag="experts", layer=i)
+            wl.gemm(t_gpu * f * load, m_exp, n_exp, d_in, groups=groups, quant=quant, tag="experts", layer=i)
             cast_elems += k_top * d_in / etp
             n_quant += 2
         elif kind == "shared":
@@ -254,6 +269,10 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     if mixer in ("A", "W"):
         qk = (model.num_attention_heads + model.query_groups) * hd
         wl.mem(t_a * K.rope_bytes(qk) / tp, tag="attn_proj", layer=i)
+        if feat.attention_backend == "unfused":
+            # Megatron's unfused DotProductAttention materialises the scores: causal context ~ core FLOPs / (4·q)
+            ctx = comps.get("core_attention", 0.0) / (4.0 * model.num_attention_heads * hd) * 2
+            wl.mem(t_a * K.unfused_attention_bytes(model.num_attention_heads / tp, ctx), tag="core_attn", layer=i)
     if mixer == "M":
         heads = float(model.mamba_num_heads or (2 * h) // (model.mamba_head_dim or 64))
         pdim = float(model.mamba_head_dim or 64)
@@ -291,6 +310,8 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
         # latent MoE (Nemotron-3 Super) dispatches the latent projection, not the hidden state
         intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, job.system.nvlink_domain,
                                    feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
+        load = _expert_load(feat, E, k_top)  # the hottest expert rank receives (and returns) load x the mean
+        intra, inter = intra * load, inter * load
     scopes = frozenset(feat.cuda_graph_scope)
     graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
     dropless = feat.moe_expert_capacity_factor is None
@@ -311,7 +332,8 @@ def _cached_layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType
            job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.precision,
            feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend, feat.sequence_parallel,
            feat.cp_comm_type, feat.cuda_graph_impl, feat.cuda_graph_scope, feat.moe_expert_capacity_factor,
-           feat.tp_comm_overlap, id(consts))
+           feat.tp_comm_overlap, feat.attention_backend, feat.moe_router_force_load_balancing,
+           feat.moe_routing_imbalance, feat.moe_pad_expert_input_to_capacity, id(consts))
     hit = _TYPE_CACHE.get(key)
     if hit is not None:
         return hit[1]
@@ -768,8 +790,9 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     dominant = max(WALL_ORDER, key=lambda k: res["walls"][k])
     assumptions = list(prof.assumptions)
     assumptions.append(f"efficiency parameters: {eff.origin}")
-    if job.layout.ep > 1 and not job.features.moe_router_force_load_balancing:
-        assumptions.append("routing treated as balanced (tokens per expert rank = mean); imbalance slows the step")
+    if job.model.is_moe and not job.features.moe_router_force_load_balancing:
+        assumptions.append(f"hottest expert rank holds {_expert_load(job.features, 1, 1):g}x the mean tokens "
+                           "(moe_routing_imbalance; 1 = balanced)")
     return TimeEstimate(
         step_time_s=step, tokens_per_s_per_gpu=tok, model_tflops_per_gpu=tflops, mfu=mfu,
         precision=job.features.precision, walls=walls,
