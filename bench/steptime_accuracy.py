@@ -127,6 +127,7 @@ def main(argv=None) -> int:
     md, p9, n = summary(lomo_err)
     print(f"{'overall (LOMO)':<26} {n:>4} {md:9.1f} {p9:8.1f}")
 
+    card_checks(eff)
     one_variable_checks(eff)
     t1 = time.perf_counter()
     for r in runs:
@@ -144,6 +145,57 @@ def main(argv=None) -> int:
         print("\nwrote src/moetune/catalog/efficiency.yaml")
     print(f"\n(bench ran in {time.perf_counter() - t0:.1f} s)")
     return 0
+
+
+def card_checks(eff) -> None:
+    """Out-of-sample: Megatron-Bridge model-verification cards (pretraining rows with a full layout), features from
+    the card's own recipe when the recipe catalog has it; routing as that recipe sets it."""
+    import csv
+    import re
+
+    from moetune.catalog.models import get_model
+    from moetune.errors import MoetuneError
+
+    path = REPO.parent / "shared" / "data" / "measured" / "bridge_cards" / "bridge_cards_step_metrics.csv"
+    if not path.is_file():
+        return
+    print("\n## Out-of-sample: Megatron-Bridge verification cards (not used in any fit)")
+    print(f"{'card':<58} {'layout':<26} {'pub':>7} {'pred':>7} {'err%':>7}")
+    errs = []
+    for row in csv.DictReader(path.open()):
+        if "pretrain" not in row["recipe"] or not (row["gbs"] and row["mbs"] and row["seq"] and row["layout_text"]):
+            continue
+        dims = dict(re.findall(r"(TP|PP|VP|CP|EP|ETP)(\d+)", row["layout_text"]))
+        try:
+            model = get_model(row["model"])
+        except MoetuneError:
+            continue
+        sysname = {"H100": "DGX-H100", "B200": "DGX-B200", "GB200": "GB200-NVL72", "GB300": "GB300-NVL72"}.get(
+            row["gpu_type"], row["gpu_type"])
+        try:
+            from moetune.spec.features import parse_precision
+
+            job = build_published_job(
+                model=model, system=sysname, gpus=int(row["gpus"]), precision=parse_precision(row["precision"]),
+                gbs=int(row["gbs"]), mbs=int(row["mbs"]), seq=int(row["seq"]), tp=int(dims.get("TP", 1)),
+                pp=int(dims.get("PP", 1)), cp=int(dims.get("CP", 1)), vp=int(dims["VP"]) if "VP" in dims else None,
+                ep=int(dims.get("EP", 1)), etp=int(dims["ETP"]) if "ETP" in dims else None)
+            if "_perf" not in row["recipe"] and "gpu" not in row["recipe"]:
+                # a plain (non-perf) recipe trains with natural routing
+                job = job.with_(features=job.features.model_copy(update={"moe_router_force_load_balancing": False}))
+            pred = estimate_time(job, eff).model_tflops_per_gpu
+        except MoetuneError as exc:
+            print(f"{row['model'] + ' ' + row['item']:<58} skipped: {exc}")
+            continue
+        pub = float(row["model_tflops_per_gpu"])
+        e = pct(pred, pub)
+        errs.append(e)
+        lay = job.layout
+        ls = f"TP{lay.tp} PP{lay.pp} VP{lay.vpp or 1} CP{lay.cp} EP{lay.ep} MBS{job.micro_batch_size}"
+        print(f"{(row['model'] + ' ' + row['item'])[:58]:<58} {ls:<26} {pub:7.0f} {pred:7.0f} {e:+7.1f}")
+    if errs:
+        md, p9, n = summary(np.array(errs))
+        print(f"{'cards overall':<58} {'n=' + str(n):<26} {'':>7} {'':>7}  median {md:.1f}%  p90 {p9:.1f}%")
 
 
 def one_variable_checks(eff) -> None:
