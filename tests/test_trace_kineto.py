@@ -112,3 +112,43 @@ def test_cpu_only_trace_says_so(shared_data):
     assert any("no GPU events" in n for n in r.notes)
     out = run_cli("trace", str(TRACES / "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
     assert out.returncode == 0 and "no GPU events" in out.stdout
+
+
+def _ijson_only(path):
+    from moetune.evidence.traces import kineto
+
+    col = kineto._Collector(kineto.RankTrace(source=str(path), fmt="kineto"))
+    n = kineto._read_ijson(path, "traceEvents.item", col, False)
+    return n, col
+
+
+@pytest.mark.parametrize("name", ["deepseek_profile_data_train.json", "hta_nccl_parser_config_nccl_data.json.gz",
+                                  "tracelens_b200_eager_trace.json.gz"])
+def test_fast_splitter_matches_ijson(shared_data, name):
+    tr = read_kineto(TRACES / name)
+    n, col = _ijson_only(TRACES / name)
+    assert n == tr.n_events
+    assert list(col.g[0]) == list(tr.gpu_start) and list(col.g[2]) == list(tr.gpu_name)
+    assert list(col.r[3]) == list(tr.rt_corr)
+    assert col.tr.steps.name == tr.steps.name and col.tr.annotations.name == tr.annotations.name
+
+
+def test_fast_splitter_escapes_and_braces_in_strings(tmp_path):
+    import orjson
+
+    from trace_synth import KinetoBuilder
+
+    b = KinetoBuilder()
+    b.step(1, 0, 100)
+    b.cpu_op('weird "quoted" {brace} [x] \\ name \\"', 1, 2)
+    b.kernel('void at::native::kernel<{lambda(at::TensorIteratorBase&)#1}>"\\', 10, 5, launch_ts=2)
+    b.kernel("ncclDevKernel_AllGather_RING_LL", 12, 5, launch_ts=3, stream=9)
+    doc = dict(b.meta, traceEvents=b.events)
+    p = tmp_path / "compact.json"
+    p.write_bytes(orjson.dumps(doc))  # one line, no spaces
+    tr = read_kineto(p)
+    n, col = _ijson_only(p)
+    assert tr.n_events == n == len(b.events)
+    assert tr.names[tr.gpu_name[0]].endswith('#1}>"\\')
+    assert list(col.g[0]) == list(tr.gpu_start)
+    assert len(tr.steps) == 1

@@ -43,6 +43,8 @@ CASES = [
     ("void moe_permute_row_map<int>", "router_permute", "compute"),
     ("void at::native::sbtopk::gatherTopK<float>", "router_permute", "compute"),
     ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>", "optimizer", "compute"),
+    ("void fbgemm_gpu::(anonymous namespace)::_FP8rowwise_to_float_cuda_kernel<float>(unsigned char const*)",
+     "fp8_cast", "compute"),  # FBGEMM conversion kernels are not GEMMs
     ("some_unknown_kernel", "compute_other", "compute"),
 ]
 
