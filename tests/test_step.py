@@ -149,3 +149,12 @@ def test_routing_imbalance_and_unfused_attention_slow_the_step():
     padded = estimate_time(qwen_job(moe_expert_capacity_factor=1.5, moe_pad_expert_input_to_capacity=True))
     assert padded.step_time_s > balanced.step_time_s
     assert estimate_time(llama_job(attention_backend="unfused")).step_time_s > estimate_time(llama_job()).step_time_s
+
+
+def test_dispatcher_and_topology_directions():
+    a2a = estimate_time(qwen_job(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None))
+    deepep = estimate_time(qwen_job(moe_flex_dispatcher_backend="deepep"))
+    # 16 GPUs = 2 NVLink domains: DeepEP/HybridEP send a token once per remote node instead of once per expert
+    assert deepep.walls["comm_ep"].seconds < a2a.walls["comm_ep"].seconds
+    eight = estimate_time(qwen_job().with_(gpus=8, global_batch_size=512, layout=Layout(tp=1, pp=1, ep=8)))
+    assert eight.walls["comm_ep"].share < estimate_time(qwen_job()).walls["comm_ep"].share  # EP inside the domain
