@@ -165,21 +165,26 @@ class _Shape:
     exactly; lines of a known layout are matched by one regex each and their numbers converted in bulk.
     """
 
-    __slots__ = ("rx_full", "perm_full", "scale", "gn_idx", "has_primary", "extras", "batch", "lines", "total")
+    __slots__ = ("rx_full", "rx_multi", "perm_full", "scale", "gn_idx", "has_primary", "extras", "raw", "lines",
+                 "total")
 
     def __init__(self, keys: list[bytes], cache: dict[bytes, tuple[str, Any]], total: float) -> None:
-        parts = []
+        parts, mparts = [], []
         cols: list[tuple[str, Any]] = []  # per capture group: (kind, arg)
         for j, k in enumerate(keys):
             kind, arg = cache[k]
             needed = (kind == "col" and arg[0] in _FAST_COLUMNS) or kind in ("primary", "loss")
-            value = rb"([^|]*)" if needed else rb"[^|]*"
-            tail = rb"\|" if j < len(keys) - 1 else rb"\|?\s*\Z"
-            parts.append(re.escape(k) + b":" + value + tail)
+            last = j == len(keys) - 1
+            parts.append(re.escape(k) + b":" + (rb"([^|]*)" if needed else rb"[^|]*") +
+                         (rb"\|?\s*\Z" if last else rb"\|"))
+            mparts.append(re.escape(k) + b":" + (rb"([^|\n]*)" if needed else rb"[^|\n]*") +
+                          (rb"\|?[ \t\r]*$" if last else rb"\|"))
             if needed:
                 cols.append((kind, arg))
         self.rx_full = re.compile(rb"[^|]*?\biteration\s+(\d+)\s*/\s*\d+\s*\|" + b"".join(parts), re.S)
-        self.batch: list[tuple[bytes, ...]] = []
+        self.rx_multi = re.compile(rb"^[^|\n]*?\biteration[ \t]+(\d+)[ \t]*/[ \t]*\d+[ \t]*\|" + b"".join(mparts),
+                                   re.M)
+        self.raw: list[bytes] = []
         self.lines: list[int] = []
         self.total = total
         g = len(cols) + 1  # groups: iteration, then the needed fields; index g is the NaN appended
@@ -227,6 +232,8 @@ class _Parser:
         self.tb_open: dict[int | None, int] = {}
         self.key_cache: dict[bytes, tuple[str, Any]] = {}
         self.shapes: list[_Shape] = []
+        self.shape_keys: set[tuple] = set()
+        self.shape_hint: dict[tuple[int, int], _Shape] = {}
         self.timer_names: dict[bytes, str] = {}
         self.sources: set[str] = set()
         self.last_line_complete = True
@@ -297,40 +304,71 @@ class _Parser:
             pass
         elif self.block and self._continue_block(line_no, line):
             pass
+        elif b"iteration" in line and self.shapes and self._fast_iteration(line_no, line):
+            pass
         else:
             self._dispatch(line_no, line)
         self.ring[line_no & _RING_MASK] = line
 
     def _fast_iteration(self, line_no: int, line: bytes) -> bool:
-        """A complete iteration line of a known layout: queue its fields for bulk conversion."""
-        for shape in self.shapes:
-            m = shape.rx_full.match(line)
-            if m is not None:
-                shape.batch.append(m.groups())
-                shape.lines.append(line_no)
-                if len(shape.batch) >= FLUSH_ROWS:
-                    self._flush(shape)
-                self.rows_seen += 1
-                self.rec.recognised_lines += 1
-                return True
-        return False
+        """A complete iteration line of a known layout: queue it for bulk parsing.
+
+        The layout is guessed from the numbers of ``|`` and ``:`` (a hint, verified exactly when the batch is parsed:
+        lines that do not match go through the general parser then); a line without a hint is matched against each
+        known layout.
+        """
+        if b"nan iterations" not in line:  # possibly the first piece of a wrapped record: general path
+            return False
+        pipes = (line.count(b"|"), line.count(b":"))
+        shape = self.shape_hint.get(pipes)
+        if shape is None:
+            for cand in self.shapes:
+                if cand.rx_full.match(line) is not None:
+                    shape = self.shape_hint[pipes] = cand
+                    break
+            else:
+                return False
+        shape.raw.append(line)
+        shape.lines.append(line_no)
+        self.rows_seen += 1
+        if len(shape.raw) >= FLUSH_ROWS:
+            self._flush(shape)
+        return True
 
     def _flush(self, shape: _Shape) -> None:
-        """Convert a shape's queued lines to rows in bulk (numpy parses the byte strings)."""
-        if not shape.batch:
+        """Parse a shape's queued lines in bulk: one multi-line regex pass, then numpy parses the numbers."""
+        if not shape.raw:
             return
-        k = len(shape.batch)
-        width = len(shape.batch[0])
+        raw, lines = shape.raw, shape.lines
+        shape.raw, shape.lines = [], []
+        groups = shape.rx_multi.findall(b"\n".join(raw))
+        if len(groups) != len(raw):  # some line is not of this layout: match one by one
+            groups, ok_lines = [], []
+            for ln, line in zip(lines, raw, strict=True):
+                m = shape.rx_full.match(line)
+                if m is not None:
+                    groups.append(m.groups())
+                    ok_lines.append(ln)
+                else:
+                    self._reparse(ln, line)
+            lines = ok_lines
+        if not groups:
+            return
+        if not isinstance(groups[0], tuple):
+            groups = [(g,) for g in groups]
+        self.rec.recognised_lines += len(groups)
+        k = len(groups)
+        width = len(groups[0])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                arr = np.fromstring(b" ".join(chain.from_iterable(shape.batch)), dtype=np.float64, sep=" ")
+                arr = np.fromstring(b" ".join(chain.from_iterable(groups)), dtype=np.float64, sep=" ")
             except ValueError:
                 arr = np.zeros(0)
         if arr.size == k * width:
             arr = arr.reshape(k, width)
         else:  # a value with blanks inside or an unparsable value: convert one by one
-            arr = np.array([[_num(x) for x in g] for g in shape.batch], dtype=np.float64)
+            arr = np.array([[_num(x) for x in g] for g in groups], dtype=np.float64)
         arr = np.concatenate([arr, np.full((k, 1), np.nan)], axis=1)
         block = arr[:, shape.perm_full]
         block[:, _C_TOTAL] = shape.total
@@ -340,13 +378,21 @@ class _Parser:
             gn = arr[:, shape.gn_idx]
             block[:, _C_GN_BAD] = np.where(np.isfinite(gn), np.nan, 1.0)
         block[:, _C_LOSS_MISSING] = 0.0 if shape.has_primary else 1.0
-        block[:, _C_LINE] = shape.lines
+        block[:, _C_LINE] = lines
         block[:, _C_FLAGS] = 0.0
         block[:, _C_SEGMENT] = 0.0
         extras = {name: arr[:, i] for name, i in shape.extras}
         self.rec.iterations.extend_block(block, extras)
-        shape.batch.clear()
-        shape.lines.clear()
+
+    def _reparse(self, line_no: int, line: bytes) -> None:
+        """A queued line that is not of its guessed layout: parse it with the general iteration parser."""
+        self.rows_seen -= 1
+        body, rank = self._rank(line)
+        m = P.ITER_HEAD.search(body)
+        if m is None:
+            return
+        self._finish_iteration(line_no, body[m.end():], int(m.group(1)), int(m.group(2)), rank,
+                               complete=b"nan iterations" in line)
 
     def _context(self, line_no: int) -> tuple[LineRef, ...]:
         """The up to ``CONTEXT_LINES`` lines before ``line_no`` (from the ring buffer)."""
@@ -537,7 +583,10 @@ class _Parser:
                 row["iteration"] = gs
         else:
             row.pop("global_step", None)
-            if numeric and keys and complete and not truncated and len(self.shapes) < MAX_SHAPES:
+            shape_key = (tuple(keys), total)
+            if numeric and keys and complete and not truncated and len(self.shapes) < MAX_SHAPES and \
+                    shape_key not in self.shape_keys:
+                self.shape_keys.add(shape_key)
                 self.shapes.append(_Shape(keys, cache, float(total)))
         gn = row.get("grad_norm", NAN)
         if "grad_norm" in row and not math.isfinite(gn):
@@ -911,8 +960,8 @@ class _Parser:
                 self._signal(start, "traceback_unterminated", f"traceback with {len(fr)} frames, no exception line"
                              .encode(), rank, frames=tuple(fr))
         self.frames.clear()
-        for shape in self.shapes:
-            if shape.batch:
+        for shape in list(self.shapes):
+            if shape.raw:
                 self.sources.add("megatron")
             self._flush(shape)
         self._resolve_rows()

@@ -7,8 +7,8 @@ Method (docs/domain.md §7.2, from Megatron-Bridge skills/nemo-mbridge-perf-nsys
   to the first GPU op of iteration i+1. With ≥ 2 steps the last one is left out (the profiler stops inside it; this
   is also HTA's default, hta/common/trace.py ``_filter_irrelevant_gpu_kernels``);
 - interval unions per class clipped to the windows, never sums of durations;
-- hidden comm = comm ∩ non-comm work, exposed = comm − non-comm work (upper bound);
-  ``comm_compute_overlap_pct`` = |comm ∩ compute| / |comm| (HTA ``get_comm_comp_overlap``);
+- hidden comm = comm ∩ compute, exposed = comm − compute (upper bound; the part beside memcpy/memset only is
+  reported separately); ``comm_compute_overlap_pct`` = |comm ∩ compute| / |comm| (HTA ``get_comm_comp_overlap``);
 - idle = window − (kernels ∪ memcpy ∪ memset); each idle gap is split at the moment the launch call of the op that
   ends the gap returned: before it the GPU was launch-starved (host-bound), after it the op was queued and waiting on
   a dependency or synchronisation.
@@ -229,17 +229,16 @@ def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> t
     comp = _sets_in(tr, is_comp)
     comm = _sets_in(tr, is_comm)
     mem = _sets_in(tr, is_mem)
-    noncomm = iv.merge(comp, mem)
-    hidden_c = iv.intersect(comm, comp)  # HTA definition (compute only)
-    hidden = iv.intersect(comm, noncomm)
-    exposed = iv.subtract(comm, noncomm)
+    hidden = iv.intersect(comm, comp)  # hidden comm = comm ∩ compute (also HTA's overlap numerator)
+    exposed = iv.subtract(comm, comp)
+    exposed_mem_only = iv.intersect(exposed, mem)  # exposed comm that only memcpy/memset ran beside
     exp_mem = iv.subtract(mem, iv.merge(comp, comm))
 
     def m(a: iv.IntervalSet) -> np.ndarray:
         return iv.measure_in_windows(a, w0, w1)
 
     win = (w1 - w0).astype(np.int64)
-    busy_w, comp_w, comm_w, hid_w, exp_w, hidc_w = m(busy), m(comp), m(comm), m(hidden), m(exposed), m(hidden_c)
+    busy_w, comp_w, comm_w, hid_w, exp_w = m(busy), m(comp), m(comm), m(hidden), m(exposed)
     mem_w, expmem_w = m(mem), m(exp_mem)
     idle_w = win - busy_w
 
@@ -291,7 +290,7 @@ def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> t
     for kind, mask in sorted(kinds.items()):
         u = _sets_in(tr, mask)
         comm_by_kind[kind] = int(m(u).sum()) * NS
-        exp_by_kind[kind] = int(m(iv.subtract(u, noncomm)).sum()) * NS
+        exp_by_kind[kind] = int(m(iv.subtract(u, comp)).sum()) * NS
 
     # ---- kernel time by class and top kernels (sums of durations, labelled as such)
     in_any = sel
@@ -359,7 +358,8 @@ def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> t
     base.comm_s = comm_t * NS
     base.hidden_comm_s = int(hid_w.sum()) * NS
     base.exposed_comm_s = int(exp_w.sum()) * NS
-    base.comm_compute_overlap_pct = 100.0 * int(hidc_w.sum()) / comm_t if comm_t else None
+    base.exposed_comm_beside_memcpy_s = int(m(exposed_mem_only).sum()) * NS
+    base.comm_compute_overlap_pct = 100.0 * int(hid_w.sum()) / comm_t if comm_t else None
     base.comm_by_kind = comm_by_kind
     base.exposed_comm_by_kind = exp_by_kind
     base.memory_s = int(mem_w.sum()) * NS
@@ -525,6 +525,15 @@ def _multi_rank(states: list[_RankState], reports: list[RankReport], tax: Taxono
                         max_late_us=float(late[r].max()) / 1e3,
                     )
                 )
+    if out.collectives:
+        proxy = float(np.median([c.median_transfer_us for c in out.collectives])) * 1e3
+        loose = [label[r] for r in range(R) if residual[r] > proxy]
+        if loose:
+            out.notes.append(
+                f"matched collective ends of ranks {loose} scatter by more than the median transfer time "
+                f"({proxy / 1e3:.1f} µs): the files may not be one job or one window; clock alignment, skew and "
+                "straggler verdicts are unreliable"
+            )
     mism = [k for k in keys if len({inst[r][k][0].size for r in range(R)}) > 1]
     if mism:
         out.notes.append(f"collective counts differ across ranks for {sorted(mism)[:5]}: matched by order, "
@@ -546,7 +555,7 @@ def analyze_traces(traces: list[RankTrace], tax: Taxonomy | None = None, paths: 
             "times are interval unions clipped to iteration windows, never sums of kernel durations",
             "a GPU op belongs to the step in which it was launched; with >= 2 steps the last step is left out",
             "comm_compute_overlap_pct follows HTA get_comm_comp_overlap: |comm ∩ compute| / |comm|",
-            "hidden/exposed comm use non-comm work = compute ∪ memcpy/memset (exposed is an upper bound)",
+            "hidden comm = comm ∩ compute, exposed = comm − compute (an upper bound: the time comm could cost)",
             "kernel classes from catalog/kernel_taxonomy.yaml (first matching regex)",
         ],
     )

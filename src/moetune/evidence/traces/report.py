@@ -89,8 +89,11 @@ class RankReport(BaseModel):
     busy_s: float | None = None
     compute_s: float | None = None
     comm_s: float | None = None
-    hidden_comm_s: float | None = Field(None, description="comm ∩ non-comm work (compute ∪ memcpy/memset)")
-    exposed_comm_s: float | None = Field(None, description="comm not covered by non-comm work (upper bound)")
+    hidden_comm_s: float | None = Field(None, description="|comm ∩ compute| (interval unions)")
+    exposed_comm_s: float | None = Field(None, description="|comm − compute|: an upper bound on what comm costs")
+    exposed_comm_beside_memcpy_s: float | None = Field(
+        None, description="part of exposed_comm_s during which only memcpy/memset ran (no compute)"
+    )
     comm_compute_overlap_pct: float | None = Field(
         None, description="HTA get_comm_comp_overlap: |comm ∩ compute| / |comm| × 100"
     )
