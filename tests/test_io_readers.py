@@ -5,10 +5,10 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from conftest import DATA
 from hypothesis import given
 from hypothesis import strategies as st
 
+from conftest import DATA
 from moetune.errors import InputError
 from moetune.io.bridge import read_bridge_config
 from moetune.io.config_to_job import config_to_bridge_overrides, config_to_megatron_args

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import DATA
 
+from conftest import DATA
 from moetune.catalog.recipes import list_recipes, recipe_config
 from moetune.io.megatron_args import read_megatron_args
 from moetune.rules import Env, check_config

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 from conftest import DATA
-
 from moetune.catalog.recipes import get_recipe, recipe_config
 from moetune.io.megatron_args import read_megatron_args
 from moetune.io.overrides import apply_overrides
