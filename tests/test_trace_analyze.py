@@ -166,3 +166,19 @@ def test_cli_json_shape_and_diff(shared_data):
 def test_missing_path_exit_2(tmp_path):
     r = run_cli("trace", str(tmp_path / "nope.json"))
     assert r.returncode == 2 and "nope.json" in r.stderr
+
+
+def test_iterations_detected_from_optimizer_steps(tmp_path):
+    b = KinetoBuilder()
+    for it in range(3):
+        t = it * 1000.0
+        b.kernel("sm90_xmma_gemm_bf16", t, 300, launch_ts=t - 5)
+        b.kernel("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", t + 300, 200, launch_ts=t - 4, stream=20)
+        for j in range(3):  # one optimizer step = a burst of multi_tensor_apply kernels (+ small elementwise)
+            b.kernel("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>",
+                     t + 600 + 50 * j, 20, launch_ts=t - 3)
+            b.kernel("void at::native::vectorized_elementwise_kernel<4, MulFunctor>", t + 625 + 50 * j, 5,
+                     launch_ts=t - 3)
+    r = analyze_paths(b.write(tmp_path / "nosteps.json")).ranks[0]
+    assert r.iteration_source.startswith("detected from 3 optimizer steps")
+    assert r.iterations == 2 and r.iteration_wall_s.median == pytest.approx(1000 * US)

@@ -111,8 +111,44 @@ def _launch_index(tr: RankTrace) -> tuple[np.ndarray, np.ndarray]:
     return idx, ok
 
 
+def _detect_optimizer_iterations(tr: RankTrace, cls: np.ndarray, tax: Taxonomy):
+    """Iterations anchored on recurring optimizer steps (domain.md §7.2 step 2), when no step ranges exist.
+
+    Optimizer kernels (class ``optimizer``: multi_tensor_apply/Adam) that follow each other without a GEMM,
+    attention or communication kernel in between form one optimizer step; iteration k runs from the end of
+    optimizer step k to the end of step k+1. Needs at least two optimizer steps.
+    """
+    names = [c.name for c in tax.classes]
+    if "optimizer" not in names:
+        return None
+    opt_id = names.index("optimizer")
+    heavy_ids = [i for i, c in enumerate(tax.classes)
+                 if c.group == "comm" or c.name.startswith(("gemm", "attention"))]
+    order = np.argsort(tr.gpu_start, kind="stable")
+    c = cls[order]
+    is_opt = c == opt_id
+    if is_opt.sum() < 2:
+        return None
+    heavy_before = np.cumsum(np.isin(c, heavy_ids))
+    opt_pos = np.flatnonzero(is_opt)
+    new_burst = np.r_[True, heavy_before[opt_pos[1:]] > heavy_before[opt_pos[:-1]]]
+    burst = np.cumsum(new_burst) - 1
+    if burst[-1] < 1:
+        return None
+    ends = np.zeros(burst[-1] + 1, np.int64)
+    np.maximum.at(ends, burst, tr.gpu_end[order[opt_pos]])
+    w0, w1 = ends[:-1], ends[1:]
+    keep = w1 > w0
+    w0, w1 = w0[keep], w1[keep]
+    if w0.size == 0:
+        return None
+    sel = (tr.gpu_start >= w0[0]) & (tr.gpu_start < w1[-1])
+    wn = [f"detected iteration {i + 1}" for i in range(w0.size)]
+    return wn, w0, w1, f"detected from {burst[-1] + 1} optimizer steps (no step ranges)", sel
+
+
 def _windows(
-    tr: RankTrace, launch_ts: np.ndarray, tax: Taxonomy
+    tr: RankTrace, launch_ts: np.ndarray, tax: Taxonomy, cls: np.ndarray
 ) -> tuple[list[str], np.ndarray, np.ndarray, str, np.ndarray]:
     """Iteration GPU windows [w0, w1), their names, and the mask of GPU ops analysed (launched in those steps)."""
     names = tr.steps.name
@@ -157,6 +193,9 @@ def _windows(
     all_ops = np.ones(tr.n_gpu, bool)
     if tr.n_gpu == 0:
         return [], np.zeros(0, np.int64), np.zeros(0, np.int64), "none", all_ops
+    detected = _detect_optimizer_iterations(tr, cls, tax)
+    if detected is not None:
+        return detected
     lo, hi = int(tr.gpu_start.min()), int(tr.gpu_end.max())
     return ["whole trace"], np.array([lo], np.int64), np.array([hi], np.int64), "whole trace (no step ranges)", all_ops
 
@@ -221,7 +260,7 @@ def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> t
         launch_ts = np.where(early, np.iinfo(np.int64).min, launch_ts)
     launch_end = np.where(has_rt, tr.rt_end[np.maximum(rt_idx, 0)] if tr.rt_end.size else 0, -1)
 
-    wnames, w0, w1, wsrc, sel = _windows(tr, launch_ts, tax)
+    wnames, w0, w1, wsrc, sel = _windows(tr, launch_ts, tax, cls)
     is_comm &= sel
     is_comp &= sel
     is_mem &= sel
