@@ -74,14 +74,20 @@ class IterationTable:
 
     def __init__(self) -> None:
         self._data = array("d")
-        self._n = 0
+        self._n = 0  # physical rows
+        self._order: np.ndarray | None = None  # logical row -> physical row (None: identity)
         self.extra_losses: dict[str, array] = {}
 
     def __len__(self) -> int:
-        return self._n
+        return self._n if self._order is None else len(self._order)
+
+    def _grown(self, k: int) -> None:
+        if self._order is not None:
+            self._order = np.concatenate([self._order, np.arange(self._n, self._n + k)])
+        self._n += k
 
     def append_values(self, values: list[float], extra: dict[str, float] | None = None) -> None:
-        """Append one row given in :attr:`COLUMNS` order (the reader's fast path)."""
+        """Append one row given in :attr:`COLUMNS` order (the reader's general path)."""
         self._data.extend(values)
         if extra:
             n = self._n
@@ -92,7 +98,7 @@ class IterationTable:
                 if len(col) < n:
                     col.extend([NAN] * (n - len(col)))
                 col.append(value)
-        self._n += 1
+        self._grown(1)
 
     def append(self, row: dict[str, float], extra: dict[str, float] | None = None) -> None:
         """Append one row given as ``{column: value}`` (missing columns are NaN)."""
@@ -109,59 +115,57 @@ class IterationTable:
             if len(col) < n:
                 col.extend([NAN] * (n - len(col)))
             col.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
-        self._n += len(block)
+        self._grown(len(block))
 
     def view(self) -> np.ndarray:
-        """All rows as a writable (n, NCOL) view of the storage (do not append while holding it)."""
+        """The physical rows as a writable (rows, NCOL) view of the storage (do not append while holding it)."""
         return np.frombuffer(self._data, dtype=np.float64).reshape(self._n, self.NCOL)
 
-    def matrix(self) -> np.ndarray:
-        """All rows as an (n, NCOL) array (a copy)."""
-        return np.frombuffer(self._data, dtype=np.float64).reshape(self._n, self.NCOL).copy() if self._n else \
-            np.zeros((0, self.NCOL))
+    def set_order(self, order: np.ndarray | None) -> None:
+        """Logical row order (physical row indices; rows left out are dropped, e.g. duplicates)."""
+        self._order = None if order is None else np.asarray(order, dtype=np.int64)
 
-    def replace(self, rows: np.ndarray, selection: np.ndarray) -> None:
-        """Replace the rows by ``rows``; ``selection`` gives, for each new row, its old index (for extra losses)."""
-        extras = {k: self.col(k)[selection] for k in self.extra_losses}
-        self._data = array("d")
-        self._data.frombytes(np.ascontiguousarray(rows, dtype=np.float64).tobytes())
-        self._n = len(rows)
-        self.extra_losses = {}
-        for k, v in extras.items():
-            col = self.extra_losses[k] = array("d")
-            col.frombytes(np.ascontiguousarray(v, dtype=np.float64).tobytes())
+    def _rows(self) -> np.ndarray | slice:
+        return slice(None) if self._order is None else self._order
+
+    def matrix(self) -> np.ndarray:
+        """All rows as an (n, NCOL) array in logical order (a copy)."""
+        if not self._n:
+            return np.zeros((0, self.NCOL))
+        return self.view()[self._rows()].copy()
 
     def set_col(self, name: str, values: np.ndarray) -> None:
-        a = self.matrix()
-        a[:, self.INDEX[name]] = values
-        self._data = array("d")
-        self._data.frombytes(a.tobytes())
+        self.view()[self._rows(), self.INDEX[name]] = values
 
     def set_flag(self, index: int, flag: int) -> None:
-        k = index * self.NCOL + self.INDEX["flags"]
+        phys = index if self._order is None else int(self._order[index])
+        k = phys * self.NCOL + self.INDEX["flags"]
         self._data[k] = float(int(self._data[k]) | flag)
 
     def col(self, name: str) -> np.ndarray:
-        """One column as a numpy array (a copy)."""
+        """One column in logical order as a numpy array (a copy)."""
         if name in self.extra_losses:
             col = self.extra_losses[name]
             out = np.full(self._n, np.nan)
             out[: len(col)] = np.frombuffer(col, dtype=np.float64) if len(col) else []
-            return out
+            return out if self._order is None else out[self._order]
         if self._n == 0:
             return np.zeros(0)
-        return np.frombuffer(self._data, dtype=np.float64).reshape(self._n, self.NCOL)[:, self.INDEX[name]].copy()
+        c = self.view()[:, self.INDEX[name]]
+        return c.copy() if self._order is None else c[self._order]
 
     def last(self, name: str) -> float:
-        if not self._n:
+        if not len(self):
             return NAN
-        return self._data[(self._n - 1) * self.NCOL + self.INDEX[name]]
+        phys = self._n - 1 if self._order is None else int(self._order[-1])
+        return self._data[phys * self.NCOL + self.INDEX[name]]
 
     def row(self, index: int) -> dict[str, float]:
-        base = index * self.NCOL
+        phys = index if self._order is None else int(self._order[index])
+        base = phys * self.NCOL
         out = {name: self._data[base + i] for i, name in enumerate(self.COLUMNS)}
         for key, col in self.extra_losses.items():
-            out[key] = col[index] if index < len(col) else NAN
+            out[key] = col[phys] if phys < len(col) else NAN
         return out
 
 

@@ -983,25 +983,20 @@ class _Parser:
         tab = rec.iterations
         n = len(tab)
         if n:
-            a = tab.view()  # in place when the rows are already in line order without duplicates (the usual case)
-            order = None
-            if (np.diff(a[:, _C_LINE]) < 0).any():
-                order = np.argsort(a[:, _C_LINE], kind="stable")
-                a = a[order]
-            it, el = a[:, _C_ITER], a[:, _C_ELAPSED]
+            v = tab.view()  # physical rows; flags and segments are written in place
+            phys_lines = v[:, _C_LINE]
+            idx = np.argsort(phys_lines, kind="stable") if (np.diff(phys_lines) < 0).any() else np.arange(n)
+            it, el = v[idx, _C_ITER], v[idx, _C_ELAPSED]
             dup = (it[1:] == it[:-1]) & ((el[1:] == el[:-1]) | (np.isnan(el[1:]) & np.isnan(el[:-1])))
-            if dup.any() or order is not None:
+            if dup.any():
                 keep = np.ones(n, dtype=bool)
                 keep[1:] = ~dup
-                sel = (order if order is not None else np.arange(n))[keep]
-                a = a[keep]
-                n = len(a)
-            else:
-                sel = None
-            lines, it = a[:, _C_LINE], a[:, _C_ITER]
+                idx, it = idx[keep], it[keep]
+                n = len(idx)
+            lines = v[idx, _C_LINE]
             newseg = np.zeros(n, dtype=bool)
             newseg[1:] = it[1:] <= it[:-1]
-            flags = a[:, _C_FLAGS].astype(np.int64)
+            flags = v[idx, _C_FLAGS].astype(np.int64)
             prof_start = None
             for line_no, kind in self.marks:
                 j = int(np.searchsorted(lines, line_no))
@@ -1020,12 +1015,10 @@ class _Parser:
                 flags[prof_start:] |= FLAG_PROFILED
             flags[0] |= FLAG_SEGMENT_START
             flags[newseg] |= FLAG_SEGMENT_START
-            a[:, _C_FLAGS] = flags
-            a[:, _C_SEGMENT] = np.cumsum(newseg)
-            lines, it = lines.copy(), it.copy()
-            if sel is not None:
-                tab.replace(a, sel)
-            del a
+            v[idx, _C_FLAGS] = flags
+            v[idx, _C_SEGMENT] = np.cumsum(newseg)
+            del v, phys_lines, el
+            tab.set_order(None if n == len(tab) and (np.diff(idx) > 0).all() else idx)
             rec.segments = int(newseg.sum()) + 1
             rec.restart_lines = [int(x) for x in lines[newseg]]
             for ln in rec.restart_lines[:100]:
