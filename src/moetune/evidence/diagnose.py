@@ -709,19 +709,26 @@ def _loss_findings(rec: RunRecord) -> list[Finding]:
     fin = np.isfinite(loss) & (tab.col("loss_missing") != 1)
     vals = loss[fin]
     pos = np.flatnonzero(fin)
-    spikes = []
+    spikes: list[tuple[int, float]] = []
     if len(vals) > LOSS_SPIKE_MIN_HISTORY:
-        # reference = median (and MAD) of up to LOSS_SPIKE_HISTORY previous values; vectorised with windows
+        # reference = median (and MAD) of up to LOSS_SPIKE_HISTORY previous values; vectorised over windows, in
+        # chunks of rows so that memory stays bounded on long runs
         h = LOSS_SPIKE_HISTORY
         padded = np.concatenate([np.full(h - 1, np.nan), vals])
-        win = np.lib.stride_tricks.sliding_window_view(padded, h)[: len(vals) - 1]  # window ending before j
-        j = np.arange(1, len(vals))
-        ok = j >= LOSS_SPIKE_MIN_HISTORY
-        ref = np.nanmedian(win, axis=1) if ok.any() else np.zeros(0)
-        mad = np.nanmedian(np.abs(win - ref[:, None]), axis=1)
-        cur = vals[1:]
-        hit = ok & (cur > ref * (1 + LOSS_SPIKE_REL)) & (cur - ref > LOSS_SPIKE_MADS * np.maximum(mad, 1e-3 * np.abs(ref)))
-        spikes = [(int(pos[i + 1]), float(ref[i])) for i in np.flatnonzero(hit)[:1000]]
+        win_all = np.lib.stride_tricks.sliding_window_view(padded, h)[: len(vals) - 1]  # window ending before j
+        chunk = 65536
+        for start in range(0, len(win_all), chunk):
+            win = win_all[start:start + chunk]
+            j = np.arange(start + 1, start + 1 + len(win))
+            ok = j >= LOSS_SPIKE_MIN_HISTORY
+            ref = np.nanmedian(win, axis=1)
+            mad = np.nanmedian(np.abs(win - ref[:, None]), axis=1)
+            cur = vals[j]
+            hit = ok & (cur > ref * (1 + LOSS_SPIKE_REL)) & \
+                (cur - ref > LOSS_SPIKE_MADS * np.maximum(mad, 1e-3 * np.abs(ref)))
+            spikes += [(int(pos[start + i + 1]), float(ref[i])) for i in np.flatnonzero(hit)]
+            if len(spikes) >= 1000:
+                break
     if spikes:
         first = spikes[0][0]
 
