@@ -476,3 +476,10 @@ def test_other_ranks_chatter_does_not_change_iterations(tmp_path, ranks):
     rec = read_run(p)
     assert col(rec, "iteration") == list(range(1, len(ranks) + 1))
     assert set(col(rec, "elapsed_s")) == {5.4449}
+
+
+def test_golden_checkpoint_step_excluded(shared_data):
+    rec = read_run(GOLD / "case_gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading_golden.json")
+    w = steady_window(rec)
+    assert {"iteration": 26, "reason": "checkpoint save"} in w.excluded  # --save-interval 25
+    assert 26 not in w.iterations and 25 in w.iterations

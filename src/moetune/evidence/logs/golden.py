@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from moetune.errors import InputError
-from moetune.evidence.logs.model import FLAG_SEGMENT_START, MemoryReport, RunRecord
+from moetune.evidence.logs.model import FLAG_CHECKPOINT, FLAG_SEGMENT_START, MemoryReport, RunRecord
 
 _PLATFORM = re.compile(r"golden_values_((?:dev|lts)_[\w\-]+?)\.json$|_golden(?:_((?:dev|lts)_[\w\-]+?))?\.json$")
 _METRIC_COLUMNS = {"lm loss": "loss", "iteration-time": "elapsed_s", "num-zeros": "num_zeros"}
@@ -98,7 +98,26 @@ def read_golden(path: Path, doc: Any) -> RunRecord:
     if cfg_path is not None:
         rec.config, rec.config_source = _read_config(cfg_path)
         rec.meta["config_file"] = str(cfg_path)
+    _flag_checkpoint_steps(rec)
     return rec
+
+
+def _flag_checkpoint_steps(rec: RunRecord) -> None:
+    """Flag the step after each checkpoint save (``--save-interval``): a golden file has no log line for the save,
+    but the interval that follows it can carry the save (e.g. 1.9 s -> 2.9 s after step 25 of
+    gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_fine_grained_offloading, save interval 25)."""
+    si = rec.config.get("checkpoint.save_interval", rec.config.get("save_interval"))
+    try:
+        si = int(si)
+    except (TypeError, ValueError):
+        return
+    if si <= 0:
+        return
+    it = rec.iterations.col("iteration")
+    for i, step in enumerate(it):
+        if step > 1 and (int(step) - 1) % si == 0:
+            rec.iterations.set_flag(i, FLAG_CHECKPOINT)
+            rec.meta.setdefault("checkpoint_steps", []).append(int(step) - 1)
 
 
 def _config_path(path: Path, case: str) -> Path | None:
