@@ -45,6 +45,9 @@ CASES = [
     ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>", "optimizer", "compute"),
     ("void fbgemm_gpu::(anonymous namespace)::_FP8rowwise_to_float_cuda_kernel<float>(unsigned char const*)",
      "fp8_cast", "compute"),  # FBGEMM conversion kernels are not GEMMs
+    ("void at::native::vectorized_elementwise_kernel<4, {lambda(at::TensorIteratorBase&)#1}>", "elementwise",
+     "compute"),  # 'lambda' is not the LAMB optimizer
+    ("void at::native::(anonymous namespace)::_fused_adamw_kernel<float>", "optimizer", "compute"),
     ("some_unknown_kernel", "compute_other", "compute"),
 ]
 
