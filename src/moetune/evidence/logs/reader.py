@@ -1138,6 +1138,10 @@ def read_text_log(path: Path) -> RunRecord:
                                  value=str(path), expected="Megatron-LM / Megatron-Bridge / NeMo log text")
             f.seek(0)
             feed = parser.feed
+            hints = parser.shape_hint
+            ring = parser.ring
+            counts = rec.signal_counts
+            closed_extra = 0
             tail = b""
             while True:
                 chunk = f.read(CHUNK_BYTES)
@@ -1148,6 +1152,24 @@ def read_text_log(path: Path) -> RunRecord:
                 tail = lines.pop()
                 for line in lines:
                     n += 1
+                    # hot paths inlined (no method call): complete iteration lines of a known layout, and
+                    # NCCL INFO "Connection closed" chatter beyond the evidence cap; everything else goes to feed
+                    if parser.pending is None and not parser.block:
+                        if b"nan iterations" in line:
+                            shape = hints.get((line.count(b"|"), line.count(b":")))
+                            if shape is not None:
+                                shape.raw.append(line)
+                                shape.lines.append(n)
+                                parser.rows_seen += 1
+                                if len(shape.raw) >= FLUSH_ROWS:
+                                    parser._flush(shape)
+                                ring[n & _RING_MASK] = line
+                                continue
+                        elif b"NCCL INFO" in line and b"Connection closed by localRank" in line and \
+                                counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND:
+                            counts["nccl_connection_closed"] += 1
+                            closed_extra += 1
+                            continue
                     feed(n, line)
             if tail:
                 n += 1
@@ -1156,6 +1178,7 @@ def read_text_log(path: Path) -> RunRecord:
         raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})", field="log",
                          value=str(path)) from None
     complete = not tail
+    rec.recognised_lines += closed_extra
     parser.finish(complete)
     rec.lines = n
     rec.bytes = nbytes
