@@ -1,11 +1,11 @@
 """Training-log readers: Megatron-LM, Megatron-Bridge, NeMo/Lightning text logs and Megatron golden-values JSON.
 
-Public API::
+Public API (also importable from here; the last three are defined in their own modules)::
 
-    read_run(path) -> RunRecord          # one file -> typed run record (streaming, bounded memory)
-
-Summaries, diagnosis and comparison live in :mod:`moetune.evidence.steady`, :mod:`moetune.evidence.diagnose` and
-:mod:`moetune.evidence.compare`.
+    read_run(path) -> RunRecord                                   # streaming, memory bounded by iterations
+    summarize_run(record, window=None, *, gpus=None, seq_length=None) -> RunSummary   # moetune.evidence.steady
+    diagnose_paths(paths) -> list[Finding]                        # moetune.evidence.diagnose (diagnose_run(record))
+    compare_runs(a, b, *, window_a=None, window_b=None, gpus=None) -> Comparison      # moetune.evidence.compare
 """
 
 from __future__ import annotations
@@ -37,8 +37,23 @@ __all__ = [
     "Signal",
     "TheoreticalMemory",
     "TimerStat",
+    "compare_runs",
+    "diagnose_paths",
     "read_run",
+    "summarize_run",
 ]
+
+_LAZY = {"summarize_run": "moetune.evidence.steady", "diagnose_paths": "moetune.evidence.diagnose",
+         "compare_runs": "moetune.evidence.compare"}
+
+
+def __getattr__(name: str):
+    """Lazy re-exports (those modules import this package)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(name)
 
 
 def read_run(path: str | Path) -> RunRecord:
