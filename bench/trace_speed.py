@@ -1,7 +1,7 @@
 """moetune vs Holistic Trace Analysis on a >= 1 GB multi-rank Kineto trace built from the real ones.
 
-The job is built in a temporary directory from real Kineto traces in ../shared/data/traces (default: HTA's
-df_index_resolver DDP trace, 216k events): every rank file replicates the source's events K times with timestamps
+The job is built in a temporary directory from real Kineto traces in ../shared/data/traces (default: four of HTA's
+NCCL test traces in rotation across ranks): every rank file replicates its source's events K times with timestamps
 shifted by one trace span per replica (step numbers and correlation ids renumbered so iterations stay distinct), sets
 ``distributedInfo.rank``/``world_size``, and adds a small per-rank clock offset. The directory is deleted afterwards.
 
@@ -12,7 +12,7 @@ worker pool included):
   - HTA: ``TraceAnalysis(trace_dir=DIR)`` + ``get_comm_comp_overlap()``.
 Targets (issue 8): moetune >= 3x faster than HTA, moetune peak RSS < 1.5x the input size.
 
-Usage: python bench/trace_speed.py [--gb 1.0] [--ranks 8] [--source FILE] [--skip-hta] [--keep DIR]
+Usage: python bench/trace_speed.py [--gb 1.0] [--ranks 8] [--source FILE ...] [--skip-hta] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -34,7 +34,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from conftest import DATA  # noqa: E402
 
-DEFAULT_SOURCE = "hta_df_index_resolver_df_index_resolver.json.gz"
+#: real NCCL Kineto traces (HTA's test data), used in rotation across ranks
+DEFAULT_SOURCES = (
+    "hta_df_index_resolver_df_index_resolver.json.gz",
+    "hta_trace_diff_control_control.json.gz",
+    "hta_trace_diff_test_test.json.gz",
+    "hta_negative_queue_length_values_check_rank0.json.gz",
+)
 
 
 def _load(path: Path) -> dict:
@@ -43,16 +49,18 @@ def _load(path: Path) -> dict:
         return json.load(fh)
 
 
-def build_job(src: Path, out: Path, ranks: int, target_bytes: int) -> int:
-    doc = _load(src)
-    events = doc.pop("traceEvents")
-    xs = [e for e in events if isinstance(e.get("ts"), int | float)]
-    t0 = min(e["ts"] for e in xs)
-    span = max(e["ts"] + e.get("dur", 0) for e in xs) - t0 + 1000.0
-    ev_bytes = sum(len(orjson.dumps(e)) + 2 for e in events)
-    reps = max(1, -(-target_bytes // (ranks * ev_bytes)))
+def build_job(sources: list[Path], out: Path, ranks: int, target_bytes: int) -> int:
+    """Rank r replicates sources[r % len(sources)] until it holds about target_bytes / ranks bytes."""
     total = 0
+    per_rank = target_bytes // ranks
     for r in range(ranks):
+        doc = _load(sources[r % len(sources)])
+        events = doc.pop("traceEvents")
+        xs = [e for e in events if isinstance(e.get("ts"), int | float)]
+        t0 = min(e["ts"] for e in xs)
+        span = max(e["ts"] + e.get("dur", 0) for e in xs) - t0 + 1000.0
+        ev_bytes = sum(len(orjson.dumps(e)) + 2 for e in events)
+        reps = max(1, -(-per_rank // ev_bytes))
         meta = dict(doc)
         meta["distributedInfo"] = dict(doc.get("distributedInfo") or {}, rank=r, world_size=ranks)
         # Kineto's own layout ('"rank": 0' with a space): HTA finds the rank with the regex '"rank":\\s+(\\d+)'
@@ -84,6 +92,7 @@ def build_job(src: Path, out: Path, ranks: int, target_bytes: int) -> int:
                     first = False
             fh.write(b'\n], "traceName": "' + path.name.encode() + b'"}\n')
         total += path.stat().st_size
+        del events, xs, doc
     return total
 
 
@@ -113,11 +122,15 @@ HTA_CODE = (
 )
 
 
+def _f(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gb", type=float, default=1.0, help="total input size to build (GB, 1e9 bytes)")
     ap.add_argument("--ranks", type=int, default=8)
-    ap.add_argument("--source", default=DEFAULT_SOURCE)
+    ap.add_argument("--source", action="append", default=None, help="source trace(s); repeat for several")
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--keep", default=None, help="build into this directory and keep it")
     args = ap.parse_args()
@@ -125,8 +138,9 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     try:
         t = time.perf_counter()
-        size = build_job(DATA / "traces" / args.source, work, args.ranks, int(args.gb * 1e9))
-        print(f"built {args.ranks} rank files, {size / 1e9:.3f} GB total, from {args.source} "
+        sources = args.source or list(DEFAULT_SOURCES)
+        size = build_job([DATA / "traces" / s for s in sources], work, args.ranks, int(args.gb * 1e9))
+        print(f"built {args.ranks} rank files, {size / 1e9:.3f} GB total, from {', '.join(sources)} "
               f"in {time.perf_counter() - t:.1f} s ({work})")
         rows = []
         out_dir = Path(tempfile.mkdtemp(prefix="moetune_trace_speed_out_"))
@@ -165,6 +179,8 @@ def main() -> None:
             diffs = [abs((mt_ov.get(r) or 0.0) - (v or 0.0)) for r, v in hta_ov.items()]
             print(f"overlap agreement on {len(hta_ov)} ranks (HTA ranks found: {sorted(hta_ov)}): "
                   f"max |moetune - HTA| = {max(diffs):.3f} pp")
+            print("per rank (moetune / HTA %): " + ", ".join(
+                f"{r}: {_f(mt_ov.get(r))}/{_f(v)}" for r, v in sorted(hta_ov.items())))
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
