@@ -975,8 +975,8 @@ class _Parser:
 
 
     def _resolve_rows(self) -> None:
-        """Order rows by line; drop duplicates (several ranks printing the same line); split segments at restarts
-        (iteration number going back, a new training start or checkpoint load after iterations); set the window
+        """Order rows by line; drop repeats of the previous iteration (several ranks printing it); split segments at
+        restarts (iteration number going back, a new training start or checkpoint load after iterations); set the window
         flags from the marks (the first row after a checkpoint save / evaluation / graph capture, and the rows of a
         profiler capture plus the first row after it)."""
         rec = self.rec
@@ -986,8 +986,8 @@ class _Parser:
             v = tab.view()  # physical rows; flags and segments are written in place
             phys_lines = v[:, _C_LINE]
             idx = np.argsort(phys_lines, kind="stable") if (np.diff(phys_lines) < 0).any() else np.arange(n)
-            it, el = v[idx, _C_ITER], v[idx, _C_ELAPSED]
-            dup = (it[1:] == it[:-1]) & ((el[1:] == el[:-1]) | (np.isnan(el[1:]) & np.isnan(el[:-1])))
+            it = v[idx, _C_ITER]
+            dup = it[1:] == it[:-1]  # the same iteration printed again (another rank, a tee'd copy): keep the first
             if dup.any():
                 keep = np.ones(n, dtype=bool)
                 keep[1:] = ~dup
@@ -1017,7 +1017,7 @@ class _Parser:
             flags[newseg] |= FLAG_SEGMENT_START
             v[idx, _C_FLAGS] = flags
             v[idx, _C_SEGMENT] = np.cumsum(newseg)
-            del v, phys_lines, el
+            del v, phys_lines
             tab.set_order(None if n == len(tab) and (np.diff(idx) > 0).all() else idx)
             rec.segments = int(newseg.sum()) + 1
             rec.restart_lines = [int(x) for x in lines[newseg]]
