@@ -483,3 +483,22 @@ def test_golden_checkpoint_step_excluded(shared_data):
     w = steady_window(rec)
     assert {"iteration": 26, "reason": "checkpoint save"} in w.excluded  # --save-interval 25
     assert 26 not in w.iterations and 25 in w.iterations
+
+
+def test_tflops_computed_from_model_flops_when_not_printed(shared_data):
+    pytest.importorskip("moetune.io.config_to_job")
+    flops = pytest.importorskip("moetune.perfmodel.flops")
+    from moetune.io.config_to_job import job_from_config
+
+    rec = read_run(GOLD / "case_gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed_golden.json")
+    s = summarize_run(rec, gpus=8)
+    assert s.tokens_per_s_per_gpu == pytest.approx(32 * 4096 / s.step_time_s["median"] / 8)
+    nested: dict = {}
+    for k, v in rec.config.items():
+        sec, _, leaf = k.partition(".")
+        nested.setdefault(sec, {})[leaf] = v
+    job = job_from_config(nested, gpus=8, system="DGX-H100")
+    fpt = flops.flops_per_token(job.model, 4096, 2).total
+    assert s.tflops_per_gpu["median"] == pytest.approx(s.tokens_per_s_per_gpu * fpt / 1e12)
+    assert s.tflops_per_gpu["source"].startswith("computed")
+    assert summarize_run(rec).tflops_per_gpu["median"] is None  # GPU count unknown: nothing invented

@@ -400,6 +400,24 @@ def memory_summary(rec: RunRecord) -> dict[str, Any]:
     return out
 
 
+def model_tflops(rec: RunRecord, tokens_per_s_per_gpu: float, gpus: int) -> tuple[float, str] | None:
+    """Model TFLOP/s/GPU = tokens/s/GPU × FLOPs/token (Megatron-Bridge definition, BPN §1) when the log does not print
+    it: FLOPs/token from :func:`moetune.perfmodel.flops.flops_per_token` on the model the printed configuration
+    describes (:func:`moetune.io.config_to_job.job_from_config`). None when either is unavailable."""
+    if not rec.config:
+        return None
+    try:
+        from moetune.evidence.compare import _system_for, _unflatten
+        from moetune.io.config_to_job import job_from_config
+        from moetune.perfmodel.flops import flops_per_token
+
+        job = job_from_config(_unflatten(rec.config), gpus=gpus, system=_system_for(rec))
+        fpt = flops_per_token(job.model, job.seq_length, job.layout.tp).total
+    except Exception:  # noqa: BLE001 - logs rarely print a complete model; optional modules
+        return None
+    return tokens_per_s_per_gpu * fpt / 1e12, "computed: tokens/s/GPU x model FLOPs/token (Bridge definition)"
+
+
 def summarize_run(rec: RunRecord, window: tuple[int, int] | str | None = None, *, gpus: int | None = None,
                   seq_length: int | None = None) -> RunSummary:
     """Summarise one run over its steady window (declared ``window`` or detected)."""
@@ -437,6 +455,10 @@ def summarize_run(rec: RunRecord, window: tuple[int, int] | str | None = None, *
     elif st["median"]:
         missing = [n for n, v in (("sequence length", seq), ("GPU count", ngpu), ("global batch size", gbs)) if not v]
         notes.append("tokens/s/GPU needs " + ", ".join(missing) + " (not printed in the log; pass --seq-length/--gpus)")
+    if tflops["median"] is None and tokens:
+        tf = model_tflops(rec, tokens, int(ngpu))
+        if tf is not None:
+            tflops = {"median": tf[0], "mean": None, "source": tf[1]}
     if w.level_shift:
         ls = w.level_shift
         notes.append(f"step time shifts at iteration {ls['at_iteration']}: {ls['before_s']:.4g} s -> "
