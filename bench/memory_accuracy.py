@@ -259,8 +259,38 @@ def main(argv: list[str] | None = None) -> int:
             e = (r["pred_reserved"] - r["measured_reserved"]) / r["measured_reserved"]
             print(f"  {r['case'][:60]:60s} {r['platform']:6s} measured {r['measured_reserved']:7.2f}  "
                   f"moetune {r['pred_reserved']:7.2f}  {e:+.1%}")
+    _recompute_deltas()
     _speed([r["job"] for r in g + c if r.get("job") is not None])
     return 0
+
+
+#: docs/domain.md §3.4 (S:rcp): Moonlight-16B-A3B, 8xH100, TP2 EP8, seq 4096, GBS 4, BF16; peak GB relative to no
+#: recompute (36.618 GB)
+MOONLIGHT_DELTAS = {("core_attn",): -0.0001, ("mla_up_proj",): -0.0196, ("moe_act",): -0.0185,
+                    ("mla_up_proj", "mlp"): (35.917 - 36.618) / 36.618, ("layernorm", "moe_act"): (35.949 - 36.618)
+                    / 36.618}
+
+
+def _recompute_deltas() -> None:
+    """Relative peak change per selective-recompute module list vs the published Moonlight sweep (MBS 1 assumed)."""
+    from moetune.catalog.models import get_model
+    from moetune.catalog.systems import get_system
+    from moetune.spec.features import Features
+    from moetune.spec.job import Job
+    from moetune.spec.layout import Layout
+
+    def peak(mods: tuple[str, ...]) -> float:
+        f = Features(hidden_dropout=0.0, attention_dropout=0.0, recompute_granularity="selective" if mods else None,
+                     recompute_modules=mods)
+        j = Job(model=get_model("Moonlight-16B-A3B"), system=get_system("DGX-H100"), gpus=8, global_batch_size=4,
+                micro_batch_size=1, seq_length=4096, layout=Layout(tp=2, ep=8, etp=1), features=f)
+        return estimate_memory(j).peak_allocated_gib
+
+    base = peak(())
+    print("\nselective recompute, relative peak change (Moonlight-16B-A3B TP2 EP8, docs/domain.md §3.4 S:rcp):")
+    for mods, want in MOONLIGHT_DELTAS.items():
+        got = peak(mods) / base - 1
+        print(f"  {'+'.join(mods):22s} measured {want:+.2%}  moetune {got:+.2%}")
 
 
 def _speed(jobs: list) -> None:
