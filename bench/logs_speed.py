@@ -121,6 +121,9 @@ def main() -> None:
             rows.append((size, info, build_s, best))
             os.remove(path)
     print()
+    load = os.getloadavg()
+    print(f"machine: {os.cpu_count()} CPUs, load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (shared; "
+          "MB/s scales with the free CPU share)")
     print("| log MB | lines | iterations | read s | MB/s (read) | MB/s (read+summary+diagnose) | peak RSS after read MB |"
           " read RSS above import MB | peak RSS after analysis MB |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
