@@ -502,3 +502,18 @@ def test_tflops_computed_from_model_flops_when_not_printed(shared_data):
     assert s.tflops_per_gpu["median"] == pytest.approx(s.tokens_per_s_per_gpu * fpt / 1e12)
     assert s.tflops_per_gpu["source"].startswith("computed")
     assert summarize_run(rec).tflops_per_gpu["median"] is None  # GPU count unknown: nothing invented
+
+
+def test_world_size_line_and_gpu_name(tmp_path):
+    text = (
+        "using world size: 64, data-parallel size: 8, context-parallel size: 1, hierarchical context-parallel sizes: "
+        "None, tensor-model-parallel size: 2, encoder-tensor-model-parallel size: 0, pipeline-model-parallel size: 4\n"
+        "|   0  NVIDIA H100 80GB HBM3          On  |   00000000:18:00.0 Off |                    0 |\n"
+        + MLM_LINE + "\n")
+    p = tmp_path / "world.log"
+    p.write_text(text)
+    rec = read_run(p)
+    assert rec.config["world_size"] == 64 and rec.config["tensor_model_parallel_size"] == 2
+    assert rec.config["pipeline_model_parallel_size"] == 4 and rec.meta["gpu"] == "H100"
+    s = summarize_run(rec, seq_length=4096)
+    assert s.layout["gpus"] == 64 and s.tokens_per_s_per_gpu == pytest.approx(128 * 4096 / 5.4449 / 64)

@@ -83,4 +83,9 @@ FRAME = re.compile(rb'File "([^"]+)", line (\d+), in (\S+)')
 DEEPEP_RECV = re.compile(rb"num_recv_tokens:\s*(-?\d+)")
 EXITCODE = re.compile(rb"exitcode\s*:\s*(-?\d+)|exit code\s*:?\s*(-?\d+)|[Ss]ignal\s+(\d+)\s*\((SIG\w+)\)")
 
+# Megatron's "using world size: 8, data-parallel size: 1, ..., tensor-model-parallel size: 2, ..." line
+WORLD_FIELD = re.compile(rb"([a-z][a-z\- ]*?)\s+size:\s*(\d+)")
+# GPU product names as printed by nvidia-smi / torch.cuda.get_device_name
+GPU_NAME = re.compile(rb"NVIDIA\s+((?:GB|[ABHL])\d{2,3}[A-Z]?)\b(?:[ -]\d+GB)?(?:[ -][A-Z]{2,5}\d?)?")
+
 UNITS = {b"GiB": 2**30, b"MiB": 2**20, b"KiB": 2**10, b"GB": 1e9, b"MB": 1e6, b"B": 1, b"bytes": 1}

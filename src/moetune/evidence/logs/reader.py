@@ -461,7 +461,24 @@ class _Parser:
             return
         if b"ersion" in line:
             self._version(line_no, line)
+        if b"using world size:" in line:
+            self._world_line(line_no, line)
+            return
+        if b"NVIDIA " in line and "gpu" not in self.rec.meta:
+            m = P.GPU_NAME.search(line)
+            if m:
+                self.rec.meta["gpu"] = m.group(1).decode()
+                self.rec.meta["gpu_name"] = _dec(m.group(0)).strip()
         self._signals(line_no, line)
+
+    def _world_line(self, line_no: int, line: bytes) -> None:
+        """Megatron's ``using world size: W, data-parallel size: D, ..., tensor-model-parallel size: T, ...``."""
+        self.rec.recognised_lines += 1
+        for m in P.WORLD_FIELD.finditer(line):
+            name = m.group(1).decode().strip().removeprefix("using").strip().replace("-", "_").replace(" ", "_")
+            key = "world_size" if name == "world" else f"{name}_size"
+            self.rec.config.setdefault(key, int(m.group(2)))
+        self.rec.config_source = self.rec.config_source or "megatron-world-size-line"
 
     # ---------------------------------------------------------------- iteration lines
     def _iteration_line(self, line_no: int, line: bytes) -> bool:
