@@ -1171,8 +1171,8 @@ def read_text_log(path: Path) -> RunRecord:
                     n += 1
                     # hot paths inlined (no method call): complete iteration lines of a known layout, and
                     # NCCL INFO "Connection closed" chatter beyond the evidence cap; everything else goes to feed
-                    if parser.pending is None and not parser.block:
-                        if b"nan iterations" in line:
+                    if b"nan iterations" in line:
+                        if parser.pending is None and not parser.block:
                             shape = hints.get((line.count(b"|"), line.count(b":")))
                             if shape is not None:
                                 shape.raw.append(line)
@@ -1182,11 +1182,12 @@ def read_text_log(path: Path) -> RunRecord:
                                     parser._flush(shape)
                                 ring[n & _RING_MASK] = line
                                 continue
-                        elif b"NCCL INFO" in line and b"Connection closed by localRank" in line and \
-                                counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND:
-                            counts["nccl_connection_closed"] += 1
-                            closed_extra += 1
-                            continue
+                    elif b"NCCL INFO" in line and b"Connection closed by localRank" in line and \
+                            counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND and \
+                            parser.pending is None and not parser.block:
+                        counts["nccl_connection_closed"] += 1
+                        closed_extra += 1
+                        continue
                     feed(n, line)
             if tail:
                 n += 1
