@@ -321,7 +321,7 @@ def _phase(frames: Iterable[str], rec: RunRecord) -> str:
     fr = " ".join(frames).lower()
     for keys, name in (
         (("cuda_graph", "cudagraph", "graph_capture"), "CUDA-graph capture"),
-        (("optimizer.step", "step in ", "optimizer.py", "adam", "_copy_main_params", "distrib_optimizer"),
+        (("optimizer.step", "optimizer.py", "adam", "_copy_main_params", "distrib_optimizer"),
          "optimizer step"),
         (("backward", "allreduce_params", "reduce_scatter", "finish_grad_sync", "start_grad_sync"),
          "backward / gradient sync"),
@@ -809,23 +809,23 @@ def _skipped_findings(rec: RunRecord) -> list[Finding]:
     it = tab.col("iteration")
     ls = tab.col("loss_scale")
     idx = list(np.flatnonzero(sk > 0))
-    warmup = all(it[i] <= it[idx[0]] + 2 * max(1, int(np.median(np.diff(it))) if len(it) > 1 else 1) * 5
-                 for i in idx[:1])
-    early = int(sk[: idx[0] + 1].sum())
+    # the warm-up overflows are the run of logged intervals with skips that starts at the first logged line
+    first_clean = int(np.argmin(sk > 0)) if (sk == 0).any() else len(sk)
+    at_start = idx[0] == 0
+    early = int(sk[:first_clean].sum()) if at_start else 0
+    late = [int(it[i]) for i in idx if i >= first_clean or not at_start]
     scales = [float(x) for x in ls[np.isfinite(ls)]]
     summary = (f"{int(sk.sum())} skipped iteration(s) (loss-scale overflow) at logged iteration(s) "
                f"{[int(it[i]) for i in idx][:10]}; loss scale {scales[0]:.0f} -> {scales[-1]:.0f}" if scales else
                f"{int(sk.sum())} skipped iteration(s)")
     start_scale = scales[0] if scales else math.nan
-    at_start = idx[0] == 0
-    cause = ("fp16 dynamic loss scaling warm-up: the scale starts high "
-             f"({start_scale:.0f} = 2^{int(round(math.log2(start_scale))) if start_scale > 0 else '?'}) and halves on "
+    cause = ("fp16 dynamic loss scaling warm-up: the scale starts high (first logged value "
+             f"{start_scale:.0f} = 2^{int(round(math.log2(start_scale))) if start_scale > 0 else '?'}) and halves on "
              "every overflow; each overflow skips the optimizer step. Expected in the first iterations."
-             if at_start and warmup else
+             if at_start else
              "gradient overflow under fp16 loss scaling later in training (the scale dropped): skipped steps do not "
              "update the model")
-    late = [int(it[i]) for i in idx if i > 0 and not (at_start and i <= 1)]
-    if late:
+    if at_start and late:
         cause += f" Later overflows at iteration(s) {late[:10]}."
     return [Finding(
         "skipped_iterations", "info" if at_start and not late else "warning", summary,
