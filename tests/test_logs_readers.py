@@ -517,3 +517,23 @@ def test_world_size_line_and_gpu_name(tmp_path):
     assert rec.config["pipeline_model_parallel_size"] == 4 and rec.meta["gpu"] == "H100"
     s = summarize_run(rec, seq_length=4096)
     assert s.layout["gpus"] == 64 and s.tokens_per_s_per_gpu == pytest.approx(128 * 4096 / 5.4449 / 64)
+
+
+def test_bare_bridge_print_yaml_dump(tmp_path):
+    """ConfigContainer.print_yaml() is ``print(yaml.safe_dump(cfg.to_dict()))``: sorted keys, no header."""
+    import yaml
+
+    cfg = {"_target_": "megatron.bridge.training.config.ConfigContainer",
+           "model": {"_target_": "megatron.bridge.models.DeepSeekV3ModelProvider", "tensor_model_parallel_size": 1,
+                     "expert_model_parallel_size": 64, "pipeline_model_parallel_size": 16,
+                     "moe_token_dispatcher_type": "alltoall", "seq_length": 4096, "cuda_graph_scope": ["attn"]},
+           "train": {"global_batch_size": 8192, "micro_batch_size": 1}}
+    dump = yaml.safe_dump(cfg, default_flow_style=False)
+    text = "[NeMo I 2025-10-02 22:50:00 run:42] --- Final Configuration ---\n" + dump + MLM_LINE + "\n"
+    for name, body in (("header.log", text), ("bare.log", dump + MLM_LINE + "\n")):
+        p = tmp_path / name
+        p.write_text(body)
+        rec = read_run(p)
+        assert rec.config["model.expert_model_parallel_size"] == 64, name
+        assert rec.config["model.cuda_graph_scope"] == ["attn"] and rec.config["train.global_batch_size"] == 8192
+        assert len(rec.iterations) == 1 and rec.source == "megatron-bridge"

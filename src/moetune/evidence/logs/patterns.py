@@ -44,7 +44,12 @@ TIMER_SINGLE_LINE = re.compile(rb"([\w\-/]+(?: [\w\-/]+)*)\s*:\s*([\d.]+)")
 ARGS_START = re.compile(rb"^-+\s*arguments\s*-+\s*$")
 ARGS_END = re.compile(rb"^-+\s*end of arguments\s*-+\s*$")
 ARGS_ITEM = re.compile(rb"^\s*(\w+)\s\.{2,}\s(.*?)\s*$")
-CONFIG_START = re.compile(rb"^-{3,}\s*([\w ]*[Cc]onfig(?:uration|Container)?[\w ]*)\s*-{3,}\s*$")
+# "--- Final Configuration ---" / "------- Task Configuration -------" (possibly after a logger prefix), then the
+# YAML of ConfigContainer.print_yaml() (yaml.safe_dump: sorted keys, so a top-level "_target_:" comes first)
+CONFIG_START = re.compile(rb"-{3,}\s*([\w ]*[Cc]onfig(?:uration|Container)?[\w ]*)\s*-{3,}\s*$")
+CONFIG_TARGET = b"_target_: megatron.bridge"
+YAML_TOP = re.compile(rb"^[A-Za-z_][\w.\-]*:(?:\s|$)")
+YAML_NESTED = re.compile(rb"^\s+(?:-\s|[\w.\-'\"]+:(?:\s|$))|^-\s")
 DASH_LINE = re.compile(rb"^\s*-{5,}\s*$")
 
 VERSION = re.compile(

@@ -450,9 +450,15 @@ class _Parser:
                 self.rec.parameter_counts[_dec(m.group(1)).strip()] = float(m.group(2))
                 self.rec.recognised_lines += 1
                 return
-        if b"-----" in line:
+        if b"---" in line:
             if self._block_start(line_no, line):
                 return
+        if line.startswith(P.CONFIG_TARGET):  # a bare ConfigContainer.print_yaml() dump
+            self.block = "config"
+            self.block_lines = [line]
+            self.block_start = line_no
+            self.rec.recognised_lines += 1
+            return
         if b"before the start of training step" in line:
             self.rec.recognised_lines += 1
             if self.rows_seen:
@@ -724,7 +730,7 @@ class _Parser:
         body, _ = self._rank(line)
         if P.ARGS_START.match(body):
             self.block = "args"
-        elif P.CONFIG_START.match(body):
+        elif P.CONFIG_START.search(body):
             self.block = "config"
         else:
             return False
@@ -762,7 +768,7 @@ class _Parser:
         if P.DASH_LINE.match(body):
             self._end_config()
             return True
-        looks_yaml = bool(stripped) and (body[:1] in (b" ", b"\t", b"-") or (b":" in stripped and b" | " not in body))
+        looks_yaml = bool(stripped) and (P.YAML_TOP.match(body) is not None or P.YAML_NESTED.match(body) is not None)
         if looks_yaml and len(self.block_lines) < MAX_CONFIG_LINES:
             self.block_lines.append(body)
             return True

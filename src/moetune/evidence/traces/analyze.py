@@ -252,12 +252,13 @@ def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> t
     is_mem = groups == GROUP_MEMORY
     rt_idx, has_rt = _launch_index(tr)
     launch_ts = np.where(has_rt, tr.rt_start[np.maximum(rt_idx, 0)] if tr.rt_start.size else 0, tr.gpu_start)
-    valid_corr = tr.rt_corr[tr.rt_corr >= 0]
-    if valid_corr.size:
-        # a correlation id below every recorded launch: launched before the host-side recording began, i.e. by
-        # an iteration that was not profiled (HTA drops these too: its kernel filter joins on launch records)
-        early = ~has_rt & (tr.gpu_corr >= 0) & (tr.gpu_corr < valid_corr.min())
-        launch_ts = np.where(early, np.iinfo(np.int64).min, launch_ts)
+    orphan = np.zeros(tr.n_gpu, bool)
+    if (tr.rt_corr >= 0).any():
+        # a correlation id without a recorded launch: launched before host-side recording began (an iteration that
+        # was not profiled) or its launch record was lost. It cannot be attributed to a step, so with step ranges it
+        # is left out -- HTA's kernel filter (a join on launch records) does the same
+        orphan = ~has_rt & (tr.gpu_corr >= 0)
+        launch_ts = np.where(orphan, np.iinfo(np.int64).min, launch_ts)
     launch_end = np.where(has_rt, tr.rt_end[np.maximum(rt_idx, 0)] if tr.rt_end.size else 0, -1)
 
     wnames, w0, w1, wsrc, sel = _windows(tr, launch_ts, tax, cls)
@@ -418,6 +419,8 @@ def analyze_rank(tr: RankTrace, tax: Taxonomy | None = None, top: int = 10) -> t
         base.notes.append("no communication kernels in the analysed window (overlap undefined)")
     if not has_rt.any():
         base.notes.append("no launch records correlated with GPU ops: idle time cannot be split (unattributed)")
+    elif orphan.any() and tr.steps.name:
+        base.notes.append(f"{int(orphan.sum())} GPU ops without a launch record left out (cannot be assigned to a step)")
     return base, state
 
 
