@@ -227,7 +227,6 @@ class _Parser:
         self.rows_seen = 0
         self.step_flags = 0  # flags for the next Bridge "Step Time" record
         self.profiling = False
-        self.segment = 0
         self.frames: dict[int | None, deque[str]] = {}
         self.tb_open: dict[int | None, int] = {}
         self.key_cache: dict[bytes, tuple[str, Any]] = {}
@@ -236,7 +235,6 @@ class _Parser:
         self.shape_hint: dict[tuple[int, int], _Shape] = {}
         self.timer_names: dict[bytes, str] = {}
         self.sources: set[str] = set()
-        self.last_line_complete = True
 
     # ---------------------------------------------------------------- helpers
     def _rank(self, line: bytes) -> tuple[bytes, int | None]:
@@ -654,7 +652,7 @@ class _Parser:
         self.step_flags = 0
         rec.step_time.append({"iteration": NAN, "line": float(line_no), "elapsed_s": float(m.group(1)),
                               "tflops": float(m.group(2)) if m.group(2) else NAN, "flags": float(flags),
-                              "segment": float(self.segment)})
+                              "segment": NAN})
 
     # ---------------------------------------------------------------- memory
     def _memory_line(self, line_no: int, line: bytes) -> None:
@@ -1056,6 +1054,8 @@ class _Parser:
                 j = np.searchsorted(lines, sl, side="right") - 1
                 sit = np.where(j >= 0, it[np.maximum(j, 0)], np.nan)
                 st.set_col("iteration", sit)
+                segs = np.cumsum(newseg)
+                st.set_col("segment", np.where(j >= 0, segs[np.maximum(j, 0)], 0))
 
 
 def _load_yaml(text: str) -> Any:
