@@ -152,3 +152,22 @@ def test_fast_splitter_escapes_and_braces_in_strings(tmp_path):
     assert tr.names[tr.gpu_name[0]].endswith('#1}>"\\')
     assert list(col.g[0]) == list(tr.gpu_start)
     assert len(tr.steps) == 1
+
+
+def test_object_without_trace_events_and_empty_events(tmp_path):
+    p = tmp_path / "nte.json"
+    p.write_text('{"foo": 1}')
+    with pytest.raises(InputError, match="no traceEvents"):
+        read_kineto(p)
+    p.write_text('{"traceEvents": []}')
+    rep = analyze_paths(p)
+    assert not rep.ranks[0].has_gpu_events
+
+
+def test_chrome_array_format(tmp_path):
+    p = tmp_path / "arr.json"
+    p.write_text('[{"ph":"X","cat":"kernel","name":"ncclDevKernel_AllReduce","ts":10,"dur":5,'
+                 '"args":{"stream":7,"correlation":1}},{"ph":"X","cat":"kernel","name":"sm90_xmma_gemm","ts":8,'
+                 '"dur":5,"args":{"stream":8,"correlation":2}}]')
+    r = analyze_paths(p).ranks[0]
+    assert r.comm_compute_overlap_pct == pytest.approx(60.0)

@@ -48,7 +48,8 @@ _COMM_ARGS = {
     "Process Group Description": "pg_desc",
     "Process Group Ranks": "pg_ranks",
 }
-_WINDOW = 1 << 17  # bytes of recent input kept to locate a parse error exactly
+_WINDOW = 1 << 17
+_SAW_EVENTS = "\x00traceEvents"  # marker key set by _read_metadata  # bytes of recent input kept to locate a parse error exactly
 
 
 
@@ -250,6 +251,7 @@ def _read_metadata(path: Path) -> dict:
                 builder = None
                 key = value
                 if key == "traceEvents":
+                    meta[_SAW_EVENTS] = True
                     break
                 builder = ijson.ObjectBuilder()
                 continue
@@ -391,7 +393,7 @@ def read_kineto(path: str | Path) -> RankTrace:
             raw.close()
     if not done:
         n = _read_ijson(path, prefix, col, compressed)
-    if first == "{" and n == 0 and not meta:
+    if first == "{" and not meta.pop(_SAW_EVENTS, False):
         raise _fail(path, "no traceEvents array (not a Kineto/Chrome trace)", 0, compressed)
     names, comm_meta, devices = col.names, col.comm_meta, col.devices
     g_ts, g_end, g_name, g_kind, g_stream, g_corr = col.g
