@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from moetune.errors import InputError
+from moetune.spec.base import FrozenSpec
 
 Precision = Literal["bf16", "fp16", "fp8_delayed", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4"]
 
@@ -64,7 +65,7 @@ OffloadModule = Literal[
 CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"]
 
 
-class Features(BaseModel):
+class Features(FrozenSpec):
     """Everything besides the layout that changes memory or time."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from moetune.spec.base import FrozenSpec
 from moetune.spec.features import Features
 from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
 from moetune.spec.system import System
 
 
-class Job(BaseModel):
+class Job(FrozenSpec):
     """One training configuration. Construct through readers/catalogs; the core assumes it is valid."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

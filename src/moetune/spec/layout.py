@@ -6,10 +6,12 @@ W/PP = ETP*EP*EDP); docs/domain.md §2.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from moetune.spec.base import FrozenSpec
 
 
-class Layout(BaseModel):
+class Layout(FrozenSpec):
     """Model-parallel sizes (Megatron-Core ``ModelParallelConfig`` names in the descriptions)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

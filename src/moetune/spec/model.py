@@ -21,13 +21,15 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from moetune.spec.base import FrozenSpec
 
 MIXERS = {"A": "attention", "W": "sliding_window_attention", "M": "mamba", "G": "gated_deltanet", "_": "none"}
 MLPS = {"D": "dense", "E": "moe", "_": "none"}
 
 
-class ModelArch(BaseModel):
+class ModelArch(FrozenSpec):
     """A decoder-only (MoE) transformer as Megatron-Core builds it. Field names follow ``TransformerConfig``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

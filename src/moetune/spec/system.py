@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from moetune.spec.base import FrozenSpec
 
 #: precision keys used in ``GPU.peak_tflops`` (dense Tensor-Core peaks, no 2:4 sparsity)
 PEAK_KEYS = ("bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32")
 
 
-class GPU(BaseModel):
+class GPU(FrozenSpec):
     """One accelerator."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,7 +37,7 @@ class GPU(BaseModel):
         return v
 
 
-class System(BaseModel):
+class System(FrozenSpec):
     """A cluster building block: nodes of ``gpus_per_node`` GPUs, NVLink domains of ``nvlink_domain`` GPUs."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
