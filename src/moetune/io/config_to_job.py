@@ -18,7 +18,14 @@ from typing import Any
 from moetune.errors import InputError
 from moetune.io.megatron_args import FLAGS
 from moetune.io.overrides import format_override, format_value
-from moetune.rules.effective import MODEL_DEFAULTS, effective_config
+from moetune.rules.effective import (
+    MODEL_DEFAULTS,
+    MP_DDP_FIELDS,
+    MP_MODEL_FIELDS,
+    MP_OPTIMIZER_FIELDS,
+    OVERLAP_MODEL_FIELDS,
+    effective_config,
+)
 from moetune.rules.engine import Env, gpu_key
 from moetune.spec import Features, Job, Layout, ModelArch, System
 
@@ -418,6 +425,8 @@ def env_from_job(job: Job) -> Env:
 
 # ----------------------------------------------------------------------------------------------------------------
 def _reverse_flags() -> dict[str, tuple[str, str]]:
+    """Config path -> (flag, type). A flag's first target claims its path; its other targets (``--te-rng-tracker``
+    sets ``rng.te_rng_tracker`` and ``model.use_te_rng_tracker``) claim the paths no first target claimed."""
     rev: dict[str, tuple[str, str]] = {}
     for flag, (targets, typ) in FLAGS.items():
         path = targets[0]
@@ -425,16 +434,50 @@ def _reverse_flags() -> dict[str, tuple[str, str]]:
             continue
         if path not in rev or (rev[path][1] == "nobool" and typ == "bool"):
             rev[path] = (flag, typ)
+    for flag, (targets, typ) in FLAGS.items():
+        for path in targets[1:]:
+            if not path.startswith("mlm.") and path not in rev:
+                rev[path] = (flag, typ)
     return rev
 
 
 _REV = _reverse_flags()
 
 
+#: DDP fields Bridge ``CommOverlapConfig.setup`` derives (training/comm_overlap.py, distributed optimizer only)
+_OVERLAP_DDP_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "align_param_gather", "bucket_size")
+
+
+def _bridge_sections(cfg: dict) -> dict[str, dict]:
+    """The model/optimizer/ddp sections of a Bridge config with the ``mixed_precision`` recipe and the
+    ``comm_overlap`` section applied, as Bridge applies them before training (``mixed_precision.py``
+    ``update_config_with_precision_overrides``, ``comm_overlap.py::CommOverlapConfig.setup``; one implementation:
+    :func:`moetune.rules.effective.effective_config`). Megatron-LM has neither section: each of those values is a
+    flag on its own (``--bf16``, ``--fp8-format``/``--fp8-recipe``, ``--tp-comm-overlap``,
+    ``--overlap-moe-expert-parallel-comm``, ``--delay-wgrad-compute``, ``--overlap-grad-reduce`` ...)."""
+    secs = {k: dict(cfg.get(k) or {}) for k in ("model", "optimizer", "ddp")}
+    mp, co = cfg.get("mixed_precision"), cfg.get("comm_overlap")
+    if cfg.get("frontend", "bridge") != "bridge" or (mp is None and not isinstance(co, dict)):
+        return secs
+    eff = effective_config(cfg, Env(gpus=(cfg.get("_meta") or {}).get("gpus")))
+    lifted: list[tuple[tuple[str, ...], str]] = []
+    if mp is not None:
+        lifted += [(MP_MODEL_FIELDS, "model"), (MP_OPTIMIZER_FIELDS, "optimizer"), (MP_DDP_FIELDS, "ddp")]
+    if isinstance(co, dict):
+        lifted += [(OVERLAP_MODEL_FIELDS, "model"), (_OVERLAP_DDP_FIELDS, "ddp")]
+    for fields, sec in lifted:
+        for f in fields:
+            if f in eff[sec]:
+                secs[sec][f] = eff[sec][f]
+    return secs
+
+
 def config_to_megatron_args(cfg: dict) -> list[str]:
-    """Megatron-LM argument tokens for a config (inverse of :func:`read_megatron_args`, model-relevant fields)."""
+    """Megatron-LM argument tokens for a config (inverse of :func:`read_megatron_args`; every field
+    :func:`job_to_config` writes, Bridge ``mixed_precision``/``comm_overlap`` sections included)."""
     out: list[str] = []
-    m = dict(cfg.get("model", {}))
+    lifted = _bridge_sections(cfg)
+    m = lifted["model"]
     if m.get("gated_linear_unit") and str(m.get("activation_func", "silu")).lower() in ("silu", "swiglu"):
         out.append("--swiglu")
     elif "squared" in str(m.get("activation_func", "")):
@@ -448,15 +491,17 @@ def config_to_megatron_args(cfg: dict) -> list[str]:
             and cfg.get("frontend", "bridge") == "bridge":
         m["expert_tensor_parallel_size"] = 1 if (m.get("expert_model_parallel_size") or 1) > 1 else \
             (m.get("tensor_model_parallel_size") or 1)
-    sections = {"model": m, **{k: v for k, v in cfg.items() if isinstance(v, dict) and k != "model"}}
+    sections = {**{k: v for k, v in cfg.items() if isinstance(v, dict)}, **lifted, "model": m}
+    emitted: set[str] = set()
     for path, (flag, typ) in _REV.items():
         sec, field = path.split(".", 1)
         d = sections.get(sec)
-        if not isinstance(d, dict) or field not in d:
+        if flag in emitted or not isinstance(d, dict) or field not in d:
             continue
         v = d[field]
         if v is None or (isinstance(v, str) and v.startswith("<")):
             continue
+        emitted.add(flag)
         if typ == "bool":
             if v:
                 out.append(f"--{flag}")

@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from moetune.sweep.contract import Contract
-from moetune.sweep.overrides import FEATURE_KEYS, MLM_PRECISION_FLAGS, harness_flags
+from moetune.sweep.overrides import harness_flags
 from moetune.sweep.phases import RunSpec
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
@@ -72,13 +72,6 @@ def entry_and_args(contract: Contract, run: RunSpec) -> tuple[str, list[str]]:
     cfg = run_config(contract, run)
     if lc.framework == "megatron-lm":
         args = config_to_megatron_args(cfg)
-        if not any(a in ("--bf16", "--fp16") for a in args):
-            args += MLM_PRECISION_FLAGS.get(run.precision, ["--bf16"])
-        # comm_overlap booleans that the config converter does not emit as Megatron-LM flags (yet)
-        for key in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap"):
-            flag = FEATURE_KEYS[key][1]
-            if run.features.get(key) and flag and flag not in args:
-                args.append(flag)
         for flag, value in (("--train-iters", str(run.window.steps)), ("--log-interval", "1")):
             if flag not in args:
                 args += [flag, value]

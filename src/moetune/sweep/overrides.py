@@ -1,5 +1,5 @@
-"""Perf-harness (``scripts/performance/run_script.py``) flags for a layout + features, and Megatron-LM precision
-flags. Bridge overrides and Megatron-LM flags of a full config come from ``moetune.io.config_to_job``; environment
+"""Perf-harness (``scripts/performance/run_script.py``) flags for a layout + features. Bridge overrides and
+Megatron-LM flags (precision included) of a full config come from ``moetune.io.config_to_job``; environment
 variables from ``moetune.io.env`` (one implementation each).
 
 Field names follow docs/domain.md §8 (Bridge ``ConfigContainer`` paths / Megatron-LM ``arguments.py`` flags), checked
@@ -67,17 +67,6 @@ FEATURE_KEYS: dict[str, tuple[str | None, str | None]] = {
     "fp8_param_gather": ("mixed_precision.fp8_param_gather", "--fp8-param-gather"),
     "first_last_layers_bf16": ("mixed_precision.first_last_layers_bf16", "--first-last-layers-bf16"),
     "manual_gc": ("train.manual_gc", "--manual-gc"),
-}
-
-#: Megatron-LM precision flags per canonical recipe (docs/domain.md §8: --fp8-format/--fp8-recipe/--fp4-*)
-MLM_PRECISION_FLAGS: dict[str, list[str]] = {
-    "bf16": ["--bf16"],
-    "fp16": ["--fp16"],
-    "fp8_delayed": ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"],
-    "fp8_cs": ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"],
-    "fp8_blockwise": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "blockwise"],
-    "mxfp8": ["--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"],
-    "nvfp4": ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
 }
 
 #: perf-harness ``-c`` value per canonical precision (argument_parser.py: bf16, fp8_cs, fp8_mx, fp8_sc, nvfp4)
