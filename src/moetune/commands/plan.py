@@ -48,7 +48,12 @@ def _layout_json(c) -> dict[str, Any]:
 
 
 def _dump(x: Any) -> Any:
-    return x.model_dump(mode="json") if hasattr(x, "model_dump") else x
+    """Plain JSON-able data for a pydantic model, dataclass or value (one serialiser: moetune.output)."""
+    import orjson
+
+    from moetune.output import to_json_bytes
+
+    return orjson.loads(to_json_bytes(x, indent=False))
 
 
 def candidate_json(c, nxt=None, *, with_launch: bool = True) -> dict[str, Any]:
@@ -195,7 +200,7 @@ def _render(out: dict[str, Any]) -> None:
             "+dW" if f.get("delay_wgrad_compute") else "")
         gr = ",".join(f.get("cuda_graph_scope") or []) or "-"
         mfu = tm.get("mfu")
-        mfu_s = f"{100 * (mfu.get('bf16', 0) if isinstance(mfu, dict) else (mfu or 0)):.1f}%"
+        mfu_s = f"{100 * (mfu.get('vs_bf16_peak', 0) if isinstance(mfu, dict) else (mfu or 0)):.1f}%"
         t.add_row(str(i + 1), lay["attention_mesh"], lay["moe_mesh"], str(lay["vpp"]), str(lay["mbs"]), rec, disp,
                   ov, gr, f"{m.get('peak_allocated_gib', 0):.1f}", f"{tm['step_time_s']:.3f}",
                   f"{tm['tokens_per_s_per_gpu']:.0f}", f"{tm['model_tflops_per_gpu']:.0f}", mfu_s,
@@ -210,6 +215,8 @@ def _render(out: dict[str, Any]) -> None:
     if launch:
         console.print(f"\n[bold]Launch #1[/] ({launch['nodes']} nodes x {launch['gpus_per_node']} GPUs"
                       + (f", recipe {launch['recipe']}" if launch.get("recipe") else "") + ")")
-        console.print("Bridge overrides: " + " ".join(launch["bridge_overrides"]), soft_wrap=True)
-        console.print("env: " + " ".join(f"{k}={v}" for k, v in launch["env"].items()), soft_wrap=True)
-        console.print("(--json prints Megatron-LM flags and the Slurm script)")
+        console.print("Bridge overrides (layout and features; --json has the architecture fields too): "
+                      + " ".join(launch["bridge_overrides_tuning"]), soft_wrap=True, markup=False)
+        console.print("env: " + " ".join(f"{k}={v}" for k, v in launch["env"].items()), soft_wrap=True,
+                      markup=False)
+        console.print("(--json prints the Megatron-LM flags and the Slurm batch script)")

@@ -8,22 +8,52 @@ import shlex
 from typing import Any
 
 from moetune.io.env import feature_env
+from moetune.spec.features import BRIDGE_MIXED_PRECISION
 from moetune.spec.job import Job
+
+#: overrides printed in the short launch line even at their default values (the layout and batch shape)
+ALWAYS_SHOWN = frozenset({
+    "model.tensor_model_parallel_size", "model.pipeline_model_parallel_size",
+    "model.virtual_pipeline_model_parallel_size", "model.context_parallel_size", "model.expert_model_parallel_size",
+    "model.expert_tensor_parallel_size", "model.sequence_parallel", "model.seq_length", "train.global_batch_size",
+    "train.micro_batch_size", "model.moe_token_dispatcher_type",
+})
+#: field-name prefixes of the tuning knobs shown when set (recompute, offload, dispatcher, overlap, graphs, ...)
+TUNING_PREFIXES = ("pipeline_model_parallel_layout", "recompute", "fine_grained_activation_offloading",
+                   "offload_modules", "cpu_offloading", "moe_flex", "moe_router_force", "cuda_graph",
+                   "use_te_rng_tracker", "overlap_", "delay_wgrad", "tp_comm_overlap", "moe_shared_expert_overlap",
+                   "use_distributed_optimizer", "optimizer_cpu_offload", "optimizer_offload_fraction",
+                   "num_distributed_optimizer_instances", "use_precision_aware_optimizer", "use_megatron_fsdp")
 
 
 def launch_for(job: Job) -> dict[str, Any]:
     """Everything needed to launch ``job`` on Slurm (see module docstring)."""
-    from moetune.io.config_to_job import config_to_bridge_overrides, config_to_megatron_args, job_to_config
+    from moetune.io.config_to_job import (
+        arch_to_model_fields,
+        config_to_bridge_overrides,
+        config_to_megatron_args,
+        job_to_config,
+    )
 
     cfg = job_to_config(job)
     recipe = _recipe_name(job)
     overrides = config_to_bridge_overrides(cfg)
+    arch_keys = {f"model.{k}" for k in arch_to_model_fields(job.model)}
+    tuning = [f"mixed_precision={BRIDGE_MIXED_PRECISION[job.features.precision]}"]
+    for o in overrides:
+        key, _, val = o.partition("=")
+        if key in arch_keys or key.startswith("mixed_precision.") or key.startswith("env_vars."):
+            continue
+        if key in ALWAYS_SHOWN or (key.split(".", 1)[-1].startswith(TUNING_PREFIXES)
+                                   and val not in ("false", "null", "[]", "0", "0.0", "none")):
+            tuning.append(o)
     args = config_to_megatron_args(cfg)
     env = feature_env(job)
     nodes = math.ceil(job.gpus / job.system.gpus_per_node)
     return {
         "recipe": recipe,
         "bridge_overrides": overrides,
+        "bridge_overrides_tuning": tuning,
         "megatron_args": args,
         "env": env,
         "nodes": nodes,
