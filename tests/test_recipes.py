@@ -38,6 +38,33 @@ def test_find_recipe():
     assert find_recipe("Qwen3-30B-A3B", "nonexistent-system") is None
 
 
+@pytest.mark.parametrize("system,gpu", [("GB200-NVL72", "gb200"), ("DGX-GB200", "gb200"), ("DGX-B200", "b200"),
+                                        ("B200", "b200"), ("GB300-NVL72", "gb300"), ("DGX-B300", "b300"),
+                                        ("b300", "b300"), ("gb300", "gb300")])
+def test_find_recipe_matches_system_identity_not_substring(system, gpu):
+    """'b200' is inside 'gb200': a GB200 system must never get a B200 recipe (and B300 vs GB300 likewise)."""
+    models = sorted({r["model"] for r in list_recipes()})
+    found = 0
+    for model in models:
+        # ask with every GPU count any recipe of the model has, so a wrong-system recipe with the closest count wins
+        for n in sorted({r["gpus"] for r in list_recipes() if r["model"] == model}):
+            r = find_recipe(model, system, gpus=n)
+            if r is not None:
+                found += 1
+                assert r["gpu"] == gpu, (model, system, n, r["name"])
+    assert found > 0
+
+
+def test_calibration_recipe_job_uses_system_identity():
+    from moetune.catalog.models import get_model
+    from moetune.catalog.systems import get_system
+    from moetune.perfmodel.calibration import recipe_job
+
+    for system, gpu in (("GB200-NVL72", "gb200"), ("DGX-B200", "b200")):
+        job, notes = recipe_job(get_model("DeepSeek-V3"), get_system(system), 256, "bf16")
+        assert job is not None and f"_{gpu}_" in notes[0], notes
+
+
 def test_unknown_recipe():
     with pytest.raises(UnknownNameError, match="closest"):
         get_recipe("deepseek_v3_pretrain_256gpu_b200_bf17_config")

@@ -57,18 +57,34 @@ def get_recipe(name: str) -> dict:
     raise UnknownNameError("recipe", name, [r["name"] for r in _data()["recipes"]])
 
 
+@lru_cache(maxsize=256)
+def system_identity(name: str) -> str:
+    """Canonical identity of a system or GPU name: the catalog system it names (aliases resolved, so 'DGX-GB200',
+    'gb200' and 'GB200-NVL72' are one system and 'DGX-B200'/'b200' another), else the normalised name itself.
+    Whole-name identity, never a substring test ('b200' is not inside 'GB200')."""
+    from moetune.catalog.systems import get_system
+    from moetune.errors import InputError
+
+    try:
+        return _norm(get_system(name).name)
+    except (UnknownNameError, InputError):
+        return _norm(name)
+
+
 def find_recipe(model_name: str, system_name: str, gpus: int | None = None, precision: str | None = None,
                 task: str = "pretrain") -> dict | None:
-    """Best matching recipe for a model on a system (GPU count / precision optional); None when there is none."""
-    m, s = _norm(model_name), _norm(system_name)
+    """Best matching recipe for a model on a system (GPU count / precision optional); None when there is none.
+    The system matches by identity (:func:`system_identity` of the recipe's system or GPU), so a GB200 system never
+    gets a B200 recipe."""
+    m, s = _norm(model_name), system_identity(system_name)
     p = _norm(precision) if precision else None
     cands = []
     for r in _data()["recipes"]:
         if _norm(r["model"]) != m:
             continue
-        if s not in (_norm(r["system"]), _norm(r["gpu"])) and _norm(r["gpu"]) not in s:
+        if s not in (system_identity(r["system"]), system_identity(r["gpu"])):
             continue
-        if p and p not in (_norm(r["precision"]), _norm(r["precision"]).replace("fp8", "fp8")):
+        if p and p != _norm(r["precision"]):
             continue
         if task and r["task"] != task:
             continue

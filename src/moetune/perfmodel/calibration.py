@@ -360,19 +360,11 @@ def recipe_job(model: Any, system: Any, gpus: int, precision: str) -> tuple[Any 
         from moetune.io.config_to_job import job_from_config
     except ImportError:
         return None, ["Bridge recipe catalog not available: library defaults"]
-    from moetune.catalog.models import normalize_name
-    from moetune.catalog.recipes import list_recipes
-
-    # exact system match first (a GB200 run must not pick a B200 recipe), then the catalog's own matching
-    sys_keys = {normalize_name(k) for k in (system.name, *system.aliases)}
-    names = {normalize_name(k) for k in (model.name, *model.aliases)}
+    # find_recipe matches the system by identity (a GB200 run never picks a B200 recipe); the run's precision first
     want = RECIPE_PRECISION.get(precision)
-    exact = [r for r in list_recipes() if normalize_name(r["model"]) in names and normalize_name(r["system"]) in sys_keys
-             and r.get("task", "pretrain") == "pretrain"]
-    exact.sort(key=lambda r: (r.get("precision") != want, r.get("variant") is not None, abs((r.get("gpus") or 0) - gpus)))
-    rec = exact[0] if exact else None
-    for name in () if rec else (model.name, *model.aliases):
-        for prec in (RECIPE_PRECISION.get(precision), None):
+    rec = None
+    for prec in dict.fromkeys((want, None)):
+        for name in (model.name, *model.aliases):
             rec = find_recipe(name, system.name, gpus=gpus, precision=prec)
             if rec:
                 break
