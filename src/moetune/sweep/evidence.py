@@ -80,8 +80,7 @@ def run_traces(run_dir: Path) -> list[Path]:
 
 
 def _f(v: Any) -> float | None:
-    if isinstance(v, dict):
-        v = v.get("median", v.get("value"))
+    """A finite float, else None (the readers' statistics are dicts: pass their ``["median"]``)."""
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -112,7 +111,9 @@ def read_log_evidence(path: Path, window: tuple[int, int], *, gpus: int | None =
     step_s = it.col("elapsed_s")[in_win] if it is not None and len(it) else np.zeros(0)
     loss = summ.get("loss") or {}
     st = summ.get("step_time_s") or {}
+    # RunSummary.tflops_per_gpu is {"median", "mean", "source"} (moetune.evidence.steady); the steady-window median
     tf = summ.get("tflops_per_gpu")
+    tf = tf.get("median") if isinstance(tf, dict) else tf
     return {
         "file": str(path),
         "record": rec,
