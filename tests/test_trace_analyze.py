@@ -131,6 +131,13 @@ def test_directory_is_one_job(shared_data, tmp_path):
     assert rep.clock_alignment is not None and rep.collectives
 
 
+@pytest.mark.parametrize("name", ["hta_trace_filter_sampled_rank-0.json.gz", "hta_trace_filter_sampled_rank-1.json.gz"])
+def test_nccl_only_trace_has_no_fp8_evidence(shared_data, name):
+    """FBGEMM's FP8 comm codecs in the HTA sample traces are not FP8 training kernels."""
+    f = analyze_paths(TRACES / name).ranks[0].features
+    assert (f.fp8_kernels, f.fp8_gemm_kernels, f.fp8_kernel_time_s) == (0, 0, 0.0)
+
+
 def test_diff_control_vs_test(shared_data):
     a = analyze_paths(TRACES / "hta_trace_diff_control_control.json.gz")
     b = analyze_paths(TRACES / "hta_trace_diff_test_test.json.gz")

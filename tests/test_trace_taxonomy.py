@@ -43,8 +43,27 @@ CASES = [
     ("void moe_permute_row_map<int>", "router_permute", "compute"),
     ("void at::native::sbtopk::gatherTopK<float>", "router_permute", "compute"),
     ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>>", "optimizer", "compute"),
+    # FBGEMM's comm-compression codecs (HTA sample traces) are neither GEMMs nor FP8-training evidence
     ("void fbgemm_gpu::(anonymous namespace)::_FP8rowwise_to_float_cuda_kernel<float>(unsigned char const*)",
-     "fp8_cast", "compute"),  # FBGEMM conversion kernels are not GEMMs
+     "fbgemm_codec", "compute"),
+    ("void fbgemm_gpu::(anonymous namespace)::_compute_FP8_quantize_cuda_kernel<float>(float const*, float const*)",
+     "fbgemm_codec", "compute"),
+    ("void fbgemm_gpu::(anonymous namespace)::_get_FP8_qparam_cuda_kernel<float>(float const*, int, int)",
+     "fbgemm_codec", "compute"),
+    ("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::Tensor const&, long)"
+     "::{lambda(float)#1}, at::detail::Array<char*, 2> >(int)", "fbgemm_codec", "compute"),
+    ("void at::native::quantize_tensor_per_tensor_affine_cuda<c10::quint8>(x)", "compute_other", "compute"),
+    # genuine FP8 kernels: cuBLASLt (sm90 xmma e4m3, nvjet qq = FP8 inputs), TE casts/quantizers, DeepSeek casts
+    ("nvjet_qqtst_128x256_128x6_2x1_2cta_v_bz_TNT", "gemm_fp8", "compute"),
+    ("nvjet_qqtst_128x256_128x6_2x2_2cta_h_bz_Avec32UE8M0_Bvec32UE8M0_TNT", "gemm_fp8", "compute"),
+    ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize64x128x128_warpgroupsize1x1x1_execute_segment_k_off",
+     "gemm_fp8", "compute"),
+    ("void transformer_engine::detail::block_scaled_1d_cast_transpose_kernel<__nv_bfloat16, __nv_fp8_e4m3>(x)",
+     "fp8_cast", "compute"),
+    ("void transformer_engine::dispatch::mxfp8::quantize_kernel::quantize_mxfp8_kernel<bf16, fp8e4m3>(x)",
+     "fp8_cast", "compute"),
+    ("void quantize_fp8_kernel_generic<__nv_bfloat16>(x)", "fp8_cast", "compute"),
+    ("void per_block_cast_to_fp8<__nv_bfloat16>(x)", "fp8_cast", "compute"),
     ("void at::native::vectorized_elementwise_kernel<4, {lambda(at::TensorIteratorBase&)#1}>", "elementwise",
      "compute"),  # 'lambda' is not the LAMB optimizer
     ("void at::native::(anonymous namespace)::_fused_adamw_kernel<float>", "optimizer", "compute"),
