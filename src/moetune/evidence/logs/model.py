@@ -1,8 +1,8 @@
 """Typed run records produced by the log readers.
 
 A :class:`RunRecord` is what one training log (or one Megatron-LM golden-values JSON) says about one run:
-per-iteration samples kept as compact numeric columns (``array('d')``: 8 bytes per value, independent of how
-much text the log holds), plus the few structured things a log prints once (memory reports, theoretical memory,
+per-iteration samples kept as compact numeric columns (packed float64 chunks, a few bytes per value, independent
+of how much text the log holds), plus the few structured things a log prints once (memory reports, theoretical memory,
 timer blocks, configuration dumps, version banners) and the lines that signal failures (with line numbers).
 
 Field meanings follow Megatron's ``training_log`` (megatron/training/training.py and
@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from moetune.evidence.logs.columns import CHUNK, PackedColumn
 
 #: iteration flags (bit mask in :attr:`IterationTable.flags`)
 FLAG_PROFILED = 1  # inside an nsys capture range / torch-profiler window
@@ -38,7 +40,7 @@ NAN = math.nan
 
 
 class IterationTable:
-    """Per-iteration samples (one row per logged iteration line), stored row-major in one ``array('d')``.
+    """Per-iteration samples (one row per logged iteration line), one packed float64 column per field.
 
     Columns (float64, NaN = not printed): ``iteration``, ``train_iters``, ``segment``, ``line``, ``elapsed_s``
     (elapsed time per iteration, averaged by Megatron over the log interval), ``tflops`` (model TFLOP/s/GPU),
@@ -47,6 +49,10 @@ class IterationTable:
     ``loss_missing`` (1 when the line printed no primary loss; Megatron omits a loss key whose interval average is
     not > 0, which is the case for NaN), ``grad_norm_nonfinite`` and ``flags``. Other loss keys (MoE
     ``load_balancing_loss``, ``mtp_1 loss`` …) live in :attr:`extra_losses`, NaN-padded on access.
+
+    Storage (:mod:`moetune.evidence.logs.columns`): rows appended one at a time wait in a row-major ``array('d')``
+    of at most 8192 rows; columns are sealed in lossless encoded chunks of 8192 values (a few bytes per value:
+    constants and counters cost ~nothing, line numbers 2 B, ``%.6E`` losses ~4 B). :attr:`nbytes` is the total.
     """
 
     COLUMNS = (
@@ -73,32 +79,38 @@ class IterationTable:
     NCOL = len(COLUMNS)
 
     def __init__(self) -> None:
-        self._data = array("d")
-        self._n = 0  # physical rows
-        self._order: np.ndarray | None = None  # logical row -> physical row (None: identity)
-        self.extra_losses: dict[str, array] = {}
+        self._cols = [PackedColumn() for _ in self.COLUMNS]
+        self._rows = array("d")  # pending rows, row-major
+        self._n = 0  # rows, pending included
+        self.extra_losses: dict[str, PackedColumn] = {}
 
     def __len__(self) -> int:
-        return self._n if self._order is None else len(self._order)
+        return self._n
 
-    def _grown(self, k: int) -> None:
-        if self._order is not None:
-            self._order = np.concatenate([self._order, np.arange(self._n, self._n + k)])
-        self._n += k
+    def _flush_rows(self) -> None:
+        if not self._rows:
+            return
+        block = np.frombuffer(self._rows, dtype=np.float64).reshape(-1, self.NCOL).copy()
+        self._rows = array("d")
+        for j, col in enumerate(self._cols):
+            col.extend(block[:, j])
+
+    def _extra(self, key: str, n: int) -> PackedColumn:
+        col = self.extra_losses.get(key)
+        if col is None:
+            col = self.extra_losses[key] = PackedColumn()
+        col.pad(n)
+        return col
 
     def append_values(self, values: list[float], extra: dict[str, float] | None = None) -> None:
         """Append one row given in :attr:`COLUMNS` order (the reader's general path)."""
-        self._data.extend(values)
+        self._rows.extend(values)
         if extra:
-            n = self._n
             for key, value in extra.items():
-                col = self.extra_losses.get(key)
-                if col is None:
-                    col = self.extra_losses[key] = array("d")
-                if len(col) < n:
-                    col.extend([NAN] * (n - len(col)))
-                col.append(value)
-        self._grown(1)
+                self._extra(key, self._n).append(value)
+        self._n += 1
+        if len(self._rows) >= CHUNK * self.NCOL:
+            self._flush_rows()
 
     def append(self, row: dict[str, float], extra: dict[str, float] | None = None) -> None:
         """Append one row given as ``{column: value}`` (missing columns are NaN)."""
@@ -106,67 +118,68 @@ class IterationTable:
 
     def extend_block(self, block: np.ndarray, extras: dict[str, np.ndarray] | None = None) -> None:
         """Append ``k`` rows at once (``block`` has shape (k, NCOL), columns in :attr:`COLUMNS` order)."""
-        n = self._n
-        self._data.frombytes(np.ascontiguousarray(block, dtype=np.float64).tobytes())
+        self._flush_rows()
         for key, values in (extras or {}).items():
-            col = self.extra_losses.get(key)
-            if col is None:
-                col = self.extra_losses[key] = array("d")
-            if len(col) < n:
-                col.extend([NAN] * (n - len(col)))
-            col.frombytes(np.ascontiguousarray(values, dtype=np.float64).tobytes())
-        self._grown(len(block))
-
-    def view(self) -> np.ndarray:
-        """The physical rows as a writable (rows, NCOL) view of the storage (do not append while holding it)."""
-        return np.frombuffer(self._data, dtype=np.float64).reshape(self._n, self.NCOL)
+            self._extra(key, self._n).extend(values)
+        for j, col in enumerate(self._cols):
+            col.extend(block[:, j])
+        self._n += len(block)
 
     def set_order(self, order: np.ndarray | None) -> None:
-        """Logical row order (physical row indices; rows left out are dropped, e.g. duplicates)."""
-        self._order = None if order is None else np.asarray(order, dtype=np.int64)
-
-    def _rows(self) -> np.ndarray | slice:
-        return slice(None) if self._order is None else self._order
+        """Reorder the rows: row ``i`` becomes old row ``order[i]`` (rows left out are dropped, e.g. duplicates)."""
+        if order is None:
+            return
+        order = np.asarray(order)
+        self._flush_rows()
+        for col in self._cols:
+            col.assign(col.values()[order])
+        for key in list(self.extra_losses):
+            self.extra_losses[key].assign(self.col(key)[order])
+        self._n = len(order)
 
     def matrix(self) -> np.ndarray:
-        """All rows as an (n, NCOL) array in logical order (a copy)."""
+        """All rows as an (n, NCOL) array (a copy)."""
         if not self._n:
             return np.zeros((0, self.NCOL))
-        return self.view()[self._rows()].copy()
+        return np.column_stack([self.col(name) for name in self.COLUMNS])
 
     def set_col(self, name: str, values: np.ndarray) -> None:
-        self.view()[self._rows(), self.INDEX[name]] = values
+        self._flush_rows()
+        self._cols[self.INDEX[name]].assign(np.asarray(values, dtype=np.float64))
 
     def set_flag(self, index: int, flag: int) -> None:
-        phys = index if self._order is None else int(self._order[index])
-        k = phys * self.NCOL + self.INDEX["flags"]
-        self._data[k] = float(int(self._data[k]) | flag)
+        self._flush_rows()
+        col = self._cols[self.INDEX["flags"]]
+        col.set(index, float(int(col.get(index)) | flag))
 
     def col(self, name: str) -> np.ndarray:
-        """One column in logical order as a numpy array (a copy)."""
+        """One column as a numpy array (a copy)."""
         if name in self.extra_losses:
-            col = self.extra_losses[name]
             out = np.full(self._n, np.nan)
-            out[: len(col)] = np.frombuffer(col, dtype=np.float64) if len(col) else []
-            return out if self._order is None else out[self._order]
-        if self._n == 0:
-            return np.zeros(0)
-        c = self.view()[:, self.INDEX[name]]
-        return c.copy() if self._order is None else c[self._order]
+            v = self.extra_losses[name].values()
+            out[: len(v)] = v
+            return out
+        self._flush_rows()
+        return self._cols[self.INDEX[name]].values()
 
     def last(self, name: str) -> float:
-        if not len(self):
+        if not self._n:
             return NAN
-        phys = self._n - 1 if self._order is None else int(self._order[-1])
-        return self._data[phys * self.NCOL + self.INDEX[name]]
+        self._flush_rows()
+        return self._cols[self.INDEX[name]].get(-1)
 
     def row(self, index: int) -> dict[str, float]:
-        phys = index if self._order is None else int(self._order[index])
-        base = phys * self.NCOL
-        out = {name: self._data[base + i] for i, name in enumerate(self.COLUMNS)}
+        self._flush_rows()
+        out = {name: self._cols[i].get(index) for i, name in enumerate(self.COLUMNS)}
         for key, col in self.extra_losses.items():
-            out[key] = col[phys] if phys < len(col) else NAN
+            out[key] = col.get(index) if index < len(col) else NAN
         return out
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the samples (packed columns, pending rows, extra losses)."""
+        return (sum(c.nbytes for c in self._cols) + len(self._rows) * 8 +
+                sum(c.nbytes for c in self.extra_losses.values()))
 
 
 @dataclass(slots=True)

@@ -1004,20 +1004,28 @@ class _Parser:
         tab = rec.iterations
         n = len(tab)
         if n:
-            v = tab.view()  # physical rows; flags and segments are written in place
-            phys_lines = v[:, _C_LINE]
-            idx = np.argsort(phys_lines, kind="stable") if (np.diff(phys_lines) < 0).any() else np.arange(n)
-            it = v[idx, _C_ITER]
+            # one column at a time (the samples are packed; see IterationTable)
+            line_col = tab.col("line")
+            order = None if not (np.diff(line_col) < 0).any() else np.argsort(line_col, kind="stable")
+            del line_col
+            if order is not None and n < 2**31:
+                order = order.astype(np.int32)
+            it = tab.col("iteration")
+            if order is not None:
+                it = it[order]
             dup = it[1:] == it[:-1]  # the same iteration printed again (another rank, a tee'd copy): keep the first
             if dup.any():
                 keep = np.ones(n, dtype=bool)
                 keep[1:] = ~dup
-                idx, it = idx[keep], it[keep]
-                n = len(idx)
-            lines = v[idx, _C_LINE]
+                order = np.flatnonzero(keep) if order is None else order[keep]
+                it = it[keep]
+                n = len(it)
+            tab.set_order(order)
+            del order
+            lines = tab.col("line")
             newseg = np.zeros(n, dtype=bool)
             newseg[1:] = it[1:] <= it[:-1]
-            flags = v[idx, _C_FLAGS].astype(np.int64)
+            flags = tab.col("flags").astype(np.int64)
             prof_start = None
             for line_no, kind in self.marks:
                 j = int(np.searchsorted(lines, line_no))
@@ -1036,10 +1044,9 @@ class _Parser:
                 flags[prof_start:] |= FLAG_PROFILED
             flags[0] |= FLAG_SEGMENT_START
             flags[newseg] |= FLAG_SEGMENT_START
-            v[idx, _C_FLAGS] = flags
-            v[idx, _C_SEGMENT] = np.cumsum(newseg)
-            del v, phys_lines
-            tab.set_order(None if n == len(tab) and (np.diff(idx) > 0).all() else idx)
+            tab.set_col("flags", flags.astype(np.float64))
+            del flags
+            tab.set_col("segment", np.cumsum(newseg).astype(np.float64))
             rec.segments = int(newseg.sum()) + 1
             rec.restart_lines = [int(x) for x in lines[newseg]]
             for ln in rec.restart_lines[:100]:
