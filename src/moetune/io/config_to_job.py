@@ -28,6 +28,7 @@ from moetune.rules.effective import (
 )
 from moetune.rules.engine import Env, gpu_key
 from moetune.spec import Features, Job, Layout, ModelArch, System
+from moetune.spec.layout import bridge_default_etp
 
 #: tokenizer default vocab sizes when a config gives no vocab (Megatron-LM tokenizer defaults)
 TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "NullTokenizer": None}
@@ -489,8 +490,8 @@ def config_to_megatron_args(cfg: dict) -> list[str]:
     # MLM's ETP default is TP (Bridge's is 1 with EP>1): write the Bridge-effective value explicitly
     if m.get("expert_tensor_parallel_size") is None and m.get("num_moe_experts") \
             and cfg.get("frontend", "bridge") == "bridge":
-        m["expert_tensor_parallel_size"] = 1 if (m.get("expert_model_parallel_size") or 1) > 1 else \
-            (m.get("tensor_model_parallel_size") or 1)
+        m["expert_tensor_parallel_size"] = bridge_default_etp(m.get("tensor_model_parallel_size") or 1,
+                                                              m.get("expert_model_parallel_size") or 1)
     sections = {**{k: v for k, v in cfg.items() if isinstance(v, dict)}, **lifted, "model": m}
     emitted: set[str] = set()
     for path, (flag, typ) in _REV.items():

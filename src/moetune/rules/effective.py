@@ -19,6 +19,7 @@ from typing import Any
 
 from moetune.errors import InputError
 from moetune.rules.engine import Env
+from moetune.spec.layout import bridge_default_etp
 
 #: Megatron-Core ``TransformerConfig``/``ModelParallelConfig`` defaults at the pinned commit (docs/rules.md §1).
 MODEL_DEFAULTS: dict[str, Any] = {
@@ -324,7 +325,7 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
             notes.append(("PAR-017", "sequence_parallel forced False because TP<=1"))
         if model.get("expert_tensor_parallel_size") is None:
             ep = int(model.get("expert_model_parallel_size") or 1)
-            model["expert_tensor_parallel_size"] = 1 if ep > 1 else tp
+            model["expert_tensor_parallel_size"] = bridge_default_etp(tp, ep)
             notes.append(("PAR-003", f"expert_tensor_parallel_size None -> {model['expert_tensor_parallel_size']}"))
         # deprecated per-backend SM knobs -> moe_flex_dispatcher_num_sms from the active backend's value, both
         # aliases cleared (Bridge models/model_load_save.py _normalize_moe_dispatcher_sm_config)

@@ -12,7 +12,7 @@ import math
 from moetune.errors import LayoutError
 from moetune.rules.common import ENV, I_, RT, E, divisors, largest_divisor_at_most, lcm
 from moetune.rules.engine import UNKNOWN, Ctx, all_of, any_of, rule
-from moetune.spec.pipeline import parse_pipeline_layout
+from moetune.spec.pipeline import even_split_error, layout_contents_error, parse_pipeline_layout, uneven_split_error
 
 A = "parallel"
 
@@ -30,28 +30,17 @@ def _pp_layout_stages(c: Ctx) -> list[list[str]] | None:
 
 
 def _layout_error(c: Ctx) -> str | None:
+    """PAR-032 via :func:`moetune.spec.pipeline.layout_contents_error` (counts skipped when unknown)."""
     lay = c.m("pipeline_model_parallel_layout")
     if lay is None or (isinstance(lay, str) and lay.startswith("<")):
         return None
     try:
-        parse_pipeline_layout(lay)
+        stages = parse_pipeline_layout(lay)
     except LayoutError as e:
         return str(e)
-    st = _pp_layout_stages(c)
-    flat = [x for s in st for x in s]
-    bad = set(flat) - set("EtmL")
-    if bad:
-        return f"unknown layout item {sorted(bad)[0]!r}"
-    if not flat or flat[0] != "E" or flat[-1] != "L" or flat.count("E") != 1 or flat.count("L") != 1:
-        return "layout must start with one E and end with one L"
-    if c.num_layers is not None and flat.count("t") != c.num_layers:
-        return f"layout has {flat.count('t')} decoder layers, num_layers is {c.num_layers}"
-    mtp = c.m("mtp_num_layers") or 0
-    if flat.count("m") != mtp and (c.arch_known or c.m("mtp_num_layers") is not None):
-        return f"layout has {flat.count('m')} MTP layers, mtp_num_layers is {mtp}"
-    if "m" in flat and "t" in flat[flat.index("m"):]:
-        return "decoder layer after an MTP layer"
-    return None
+    mtp = c.m("mtp_num_layers")
+    known_mtp = (mtp or 0) if (c.arch_known or mtp is not None) else None
+    return layout_contents_error(stages, c.num_layers, known_mtp)
 
 
 def _uses_flexible_split(c: Ctx) -> bool:
@@ -78,18 +67,11 @@ def _heads_cp_a2a(c: Ctx) -> int | None:
 
 
 def _uneven_pp_err(c: Ctx) -> bool:
+    """PAR-028 via :func:`moetune.spec.pipeline.uneven_split_error`."""
     first, last = c.m("num_layers_in_first_pipeline_stage"), c.m("num_layers_in_last_pipeline_stage")
     if (first is None and last is None) or c.num_layers is None:
         return False
-    vpp = c.vpp or 1
-    for v in (first, last):
-        if v is not None and (v <= 0 or v % vpp):
-            return True
-    middle = (c.num_layers or 0) - (first or 0) - (last or 0)
-    stages = c.pp - (first is not None) - (last is not None)
-    if bool(middle) != bool(stages > 0):
-        return True
-    return stages > 0 and (middle % stages != 0 or (middle // stages) % vpp != 0)
+    return uneven_split_error(c.num_layers, c.pp, c.vpp or 1, first, last) is not None
 
 
 def _nearest_tp(c: Ctx) -> dict:
@@ -249,9 +231,8 @@ def _par026(c: Ctx) -> bool:
     if c.m("num_layers_in_first_pipeline_stage") or c.m("num_layers_in_last_pipeline_stage") \
             or c.m("pipeline_model_parallel_layout") is not None:
         return False
-    L = c.num_layers + bool(c.m("account_for_embedding_in_pipeline_split")) + bool(
-        c.m("account_for_loss_in_pipeline_split"))
-    return L % c.pp != 0 or (c.vpp is not None and (L // c.pp) % c.vpp != 0)
+    return even_split_error(c.num_layers, c.pp, c.vpp or 1, bool(c.m("account_for_embedding_in_pipeline_split")),
+                            bool(c.m("account_for_loss_in_pipeline_split"))) is not None
 
 
 rule("PAR-026", A, E, "C", ["model.num_layers", "model.pipeline_model_parallel_size",

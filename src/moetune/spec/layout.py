@@ -11,6 +11,12 @@ from pydantic import ConfigDict, Field
 from moetune.spec.base import FrozenSpec
 
 
+def bridge_default_etp(tp: int, ep: int) -> int:
+    """Bridge's ``expert_tensor_parallel_size`` when unset: 1 with EP > 1, else TP (Megatron-Bridge
+    ``_set_moe_expert_tensor_parallel_default``; raw MCore / Megatron-LM use TP, rules PAR-003)."""
+    return 1 if ep > 1 else tp
+
+
 class Layout(FrozenSpec):
     """Model-parallel sizes (Megatron-Core ``ModelParallelConfig`` names in the descriptions)."""
 
@@ -37,7 +43,7 @@ class Layout(FrozenSpec):
         """ETP with the Bridge default applied (1 when EP > 1, else TP)."""
         if self.etp is not None:
             return self.etp
-        return 1 if self.ep > 1 else self.tp
+        return bridge_default_etp(self.tp, self.ep)
 
     @property
     def vpp_size(self) -> int:

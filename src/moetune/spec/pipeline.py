@@ -208,6 +208,27 @@ def layout_vpp(spec: str | Sequence[Sequence[str]], pp: int) -> int:
 # ------------------------------------------------------------------------------------------------------------
 
 
+def layout_contents_error(stages: Stages, num_layers: int | None, mtp: int | None) -> str | None:
+    """What is wrong with the layer items of a parsed layout, or None (PAR-032; MCore
+    ``PipelineParallelLayerLayout.validate_layer_layout``): one embedding first, one loss last, ``num_layers`` decoder
+    layers, ``mtp`` MTP layers after every decoder layer. ``num_layers``/``mtp`` None skip their count check."""
+    flat = "".join(stages)
+    if not flat or flat[0] != "E" or flat.count("E") != 1:
+        return "pipeline_model_parallel_layout: embedding 'E' must appear exactly once, first (PAR-032)"
+    if flat[-1] != "L" or flat.count("L") != 1:
+        return "pipeline_model_parallel_layout: loss 'L' must appear exactly once, last (PAR-032)"
+    nt = flat.count("t")
+    if num_layers is not None and nt != num_layers:
+        return (f"pipeline_model_parallel_layout has {nt} decoder layers 't' but the model has num_layers={num_layers}"
+                " (PAR-032)")
+    nm = flat.count("m")
+    if mtp is not None and nm != mtp:
+        return f"pipeline_model_parallel_layout has {nm} MTP layers 'm' but the model has mtp_num_layers={mtp} (PAR-032)"
+    if nm and "t" in flat[flat.index("m"):]:
+        return "pipeline_model_parallel_layout: decoder layers must be placed before MTP (PAR-032)"
+    return None
+
+
 def _check_layout_stages(stages: Stages, pp: int, vpp: int | None, num_layers: int, mtp: int) -> int:
     """Validate a parsed layout against PP/VPP and the model; returns VPP. Mirrors ``validate_layer_layout``."""
     n = len(stages)
@@ -221,26 +242,10 @@ def _check_layout_stages(stages: Stages, pp: int, vpp: int | None, num_layers: i
         raise LayoutError(
             f"virtual_pipeline_model_parallel_size={vpp} but the layout has {n} stages / PP{pp} = {v} (PAR-031)"
         )
-    flat = "".join(stages)
-    if not flat or flat[0] != "E" or flat.count("E") != 1:
-        raise LayoutError("pipeline_model_parallel_layout: embedding 'E' must appear exactly once, first (PAR-032)")
-    if flat[-1] != "L" or flat.count("L") != 1:
-        raise LayoutError("pipeline_model_parallel_layout: loss 'L' must appear exactly once, last (PAR-032)")
-    nt = flat.count("t")
-    if nt != num_layers:
-        raise LayoutError(
-            f"pipeline_model_parallel_layout has {nt} decoder layers 't' but the model has num_layers={num_layers}"
-            " (PAR-032)"
-        )
-    nm = flat.count("m")
-    if nm != mtp:
-        raise LayoutError(
-            f"pipeline_model_parallel_layout has {nm} MTP layers 'm' but the model has mtp_num_layers={mtp} (PAR-032)"
-        )
-    if nm:
-        first_m = flat.index("m")
-        if "t" in flat[first_m:]:
-            raise LayoutError("pipeline_model_parallel_layout: decoder layers must be placed before MTP (PAR-032)")
+    msg = layout_contents_error(stages, num_layers, mtp)
+    if msg:
+        raise LayoutError(msg)
+    if "m" in "".join(stages):
         holders = [i for i, s in enumerate(stages) if "m" in s]
         if len(holders) != 1:
             raise LayoutError("pipeline_model_parallel_layout: all MTP layers must be in one stage (PAR-032)")
@@ -251,8 +256,47 @@ def _check_layout_stages(stages: Stages, pp: int, vpp: int | None, num_layers: i
     return v
 
 
+def uneven_split_error(num_layers: int, pp: int, vpp: int, first: int | None, last: int | None) -> str | None:
+    """What is wrong with a first/last-stage pipeline split, or None (PAR-028; MCore ``TransformerConfig``
+    ``__post_init__`` uneven-PP checks): the given counts positive and divisible by VPP, the remaining layers spread
+    evenly over the middle PP stages, a VPP-divisible count each. ``vpp`` is 1 when not interleaved."""
+    rem, mid = num_layers, pp
+    for name, val in (("num_layers_in_first_pipeline_stage", first), ("num_layers_in_last_pipeline_stage", last)):
+        if val is None:
+            continue
+        if val <= 0:
+            return f"{name}={val}: must be > 0 (PAR-028)"
+        if val % vpp:
+            return f"{name}={val} must be divisible by virtual_pipeline_model_parallel_size={vpp} (PAR-028)"
+        rem -= val
+        mid -= 1
+    if rem < 0 or bool(rem) != bool(mid):
+        return (f"uneven pipeline split leaves {rem} middle layers for {mid} middle stages"
+                f" (num_layers={num_layers}, PP={pp}) (PAR-028)")
+    if mid and rem % mid:
+        return f"uneven pipeline split: {rem} middle layers not divisible by {mid} middle PP stages (PAR-028)"
+    if mid and (rem // mid) % vpp:
+        return (f"uneven pipeline split: {rem // mid} layers per middle PP stage not divisible by"
+                f" virtual_pipeline_model_parallel_size={vpp} (PAR-028)")
+    return None
+
+
+def even_split_error(num_layers: int, pp: int, vpp: int, acc_e: bool = False, acc_l: bool = False) -> str | None:
+    """What is wrong with an even pipeline split, or None: ``num_layers`` (+1 per embedding/loss slot when
+    ``account_for_*_in_pipeline_split``) divisible by PP, then the per-rank count by VPP (PAR-026/PAR-027; MCore
+    ``TransformerConfig.__post_init__`` and ``transformer_block.get_num_layers_to_build``)."""
+    total = num_layers + int(acc_e) + int(acc_l)
+    if total % pp:
+        extra = " (+1 embedding, +1 loss slots)" if acc_e or acc_l else ""
+        return f"num_layers={num_layers}{extra} is not divisible by pipeline_model_parallel_size={pp} (PAR-026)"
+    if (total // pp) % vpp:
+        return (f"{total // pp} layers per pipeline rank not divisible by virtual_pipeline_model_parallel_size={vpp}"
+                " (number of model chunks must be the same on every stage) (PAR-027)")
+    return None
+
+
 def _uniform_counts(
-    model_layers: int, pp: int, v: int, vpp_set: bool, first: int | None, last: int | None, acc_e: bool, acc_l: bool
+    model_layers: int, pp: int, v: int, first: int | None, last: int | None, acc_e: bool, acc_l: bool
 ) -> list[int]:
     """Decoder layers per stage (stage order: i = vchunk*PP + pp_rank) without a layout string."""
     counts = [0] * (pp * v)
@@ -262,33 +306,11 @@ def _uniform_counts(
                 "num_layers_in_first/last_pipeline_stage cannot be combined with"
                 " account_for_embedding/loss_in_pipeline_split (PAR-029)"
             )
-        rem, mid = model_layers, pp
-        for name, val in (("num_layers_in_first_pipeline_stage", first), ("num_layers_in_last_pipeline_stage", last)):
-            if val is None:
-                continue
-            if val <= 0:
-                raise LayoutError(f"{name}={val}: must be > 0 (PAR-028)")
-            if vpp_set and val % v:
-                raise LayoutError(
-                    f"{name}={val} must be divisible by virtual_pipeline_model_parallel_size={v} (PAR-028)"
-                )
-            rem -= val
-            mid -= 1
-        if rem < 0 or bool(rem) != bool(mid):
-            raise LayoutError(
-                f"uneven pipeline split leaves {rem} middle layers for {mid} middle stages"
-                f" (num_layers={model_layers}, PP={pp}) (PAR-028)"
-            )
-        if mid and rem % mid:
-            raise LayoutError(
-                f"uneven pipeline split: {rem} middle layers not divisible by {mid} middle PP stages (PAR-028)"
-            )
-        per_mid = rem // mid if mid else 0
-        if mid and vpp_set and per_mid % v:
-            raise LayoutError(
-                f"uneven pipeline split: {per_mid} layers per middle PP stage not divisible by"
-                f" virtual_pipeline_model_parallel_size={v} (PAR-028)"
-            )
+        msg = uneven_split_error(model_layers, pp, v, first, last)
+        if msg:
+            raise LayoutError(msg)
+        mid = pp - (first is not None) - (last is not None)
+        per_mid = (model_layers - (first or 0) - (last or 0)) // mid if mid else 0
         for p in range(pp):
             if p == 0 and first is not None:
                 n = first
@@ -299,19 +321,10 @@ def _uniform_counts(
             for c in range(v):
                 counts[c * pp + p] = n // v
         return counts
-    total = model_layers + int(acc_e) + int(acc_l)
-    if total % pp:
-        extra = " (+1 embedding, +1 loss slots)" if acc_e or acc_l else ""
-        raise LayoutError(
-            f"num_layers={model_layers}{extra} is not divisible by pipeline_model_parallel_size={pp} (PAR-026)"
-        )
-    per_rank = total // pp
-    if per_rank % v:
-        raise LayoutError(
-            f"{per_rank} layers per pipeline rank not divisible by virtual_pipeline_model_parallel_size={v}"
-            " (number of model chunks must be the same on every stage) (PAR-027)"
-        )
-    per_chunk = per_rank // v
+    msg = even_split_error(model_layers, pp, v, acc_e, acc_l)
+    if msg:
+        raise LayoutError(msg)
+    per_chunk = (model_layers + int(acc_e) + int(acc_l)) // pp // v
     counts = [per_chunk] * (pp * v)
     if acc_e:
         counts[0] -= 1
@@ -372,7 +385,7 @@ def _stage_strings(
             )
         return stages
     v = vpp or 1
-    counts = _uniform_counts(num_layers, pp, v, vpp is not None, first, last, acc_e, acc_l)
+    counts = _uniform_counts(num_layers, pp, v, first, last, acc_e, acc_l)
     out = ["t" * c for c in counts]
     out[0] = "E" + out[0]
     out[-1] = out[-1] + "m" * mtp + "L"

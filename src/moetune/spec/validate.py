@@ -29,7 +29,7 @@ from math import lcm
 from typing import TYPE_CHECKING
 
 from moetune.errors import LayoutError
-from moetune.spec.pipeline import _stage_strings, layout_vpp
+from moetune.spec.pipeline import layout_vpp, stage_strings
 
 if TYPE_CHECKING:
     from moetune.spec.job import Job
@@ -47,8 +47,8 @@ def min_world_size_of(tp: int, cp: int, pp: int, ep: int, etp: int) -> int:
     return pp * lcm(tp * cp, etp * ep)
 
 
-def _world_violation(tp: int, cp: int, pp: int, ep: int, etp: int, w: int) -> str | None:
-    """PAR-001 / PAR-002 on plain ints."""
+def world_size_violation(tp: int, cp: int, pp: int, ep: int, etp: int, w: int) -> str | None:
+    """PAR-001 / PAR-002 on plain ints (ETP already resolved)."""
     if w <= 0:
         return f"gpus={w}: expected a positive world size"
     mp = tp * cp * pp
@@ -100,7 +100,7 @@ def layout_violation_without_model(
     """The model-independent subset: world size (PAR-001/002), VPP needs PP > 1 (PAR-006), layout stages % PP
     (PAR-031), sequence vs CP / SP (PAR-014/018) and the batch rules (PAR-035/037/038)."""
     tp, pp, cp, ep, etp = layout.tp, layout.pp, layout.cp, layout.ep, layout.expert_tp
-    msg = _world_violation(tp, cp, pp, ep, etp, gpus)
+    msg = world_size_violation(tp, cp, pp, ep, etp, gpus)
     if msg:
         return msg
     if seq_length is not None:
@@ -140,7 +140,7 @@ def layout_violation(
     tp, pp, cp, ep = layout.tp, layout.pp, layout.cp, layout.ep
     etp = layout.expert_tp
     w = gpus
-    msg = _world_violation(tp, cp, pp, ep, etp, w)
+    msg = world_size_violation(tp, cp, pp, ep, etp, w)
     if msg:
         return msg
     # --- attention heads vs TP / CP -----------------------------------------------------------------------
@@ -183,17 +183,7 @@ def layout_violation(
         return f"EP={ep} needs a MoE model; {model.name} has no routed experts (PAR-025)"
     # --- pipeline split ------------------------------------------------------------------------------------
     try:
-        stages = _stage_strings(
-            model.num_layers,
-            model.mtp_num_layers,
-            pp,
-            layout.vpp,
-            layout.pipeline_layout,
-            layout.num_layers_in_first_pipeline_stage,
-            layout.num_layers_in_last_pipeline_stage,
-            layout.account_for_embedding_in_pipeline_split,
-            layout.account_for_loss_in_pipeline_split,
-        )
+        stages = stage_strings(model, layout)
     except LayoutError as exc:
         return str(exc)
     vpp = len(stages) // pp

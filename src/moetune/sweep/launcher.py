@@ -14,7 +14,7 @@ import shlex
 from importlib import resources
 from typing import Any
 
-from moetune.sweep.contract import Contract
+from moetune.sweep.contract import Contract, Launcher
 from moetune.sweep.overrides import harness_flags
 from moetune.sweep.phases import RunSpec
 
@@ -131,16 +131,31 @@ def run_env(contract: Contract, run: RunSpec) -> dict[str, str]:
     return {**contract.env, **feature_env(run_job(contract, run))}
 
 
-def render_batch(contract: Contract, run: RunSpec, *, sweep_name: str, run_dir: str,
-                 replay: dict[str, Any] | None) -> str:
-    lc = contract.launcher
-    gpn = contract.hardware.gpus_per_node
+def sbatch_lines(lc: Launcher) -> list[str]:
+    """``#SBATCH`` account / partition / extra lines of a launcher (sweep runs and the planner's single script)."""
     extra = []
     if lc.account:
         extra.append(f"#SBATCH --account={lc.account}")
     if lc.partition:
         extra.append(f"#SBATCH --partition={lc.partition}")
-    extra += [f"#SBATCH {x}" for x in lc.extra_sbatch]
+    return extra + [f"#SBATCH {x}" for x in lc.extra_sbatch]
+
+
+def srun_args(lc: Launcher, tasks_per_node: int) -> list[str]:
+    """``srun`` arguments: one task per GPU, the container (pyxis ``--container-*``) and the launcher's extras."""
+    srun = ["--ntasks-per-node", str(tasks_per_node), "--cpu-bind=none", "--kill-on-bad-exit=1"]
+    if lc.container_image:
+        srun += [f"--container-image={lc.container_image}", "--no-container-mount-home"]
+        if lc.container_mounts:
+            srun.append(f"--container-mounts={','.join(lc.container_mounts)}")
+    return srun + list(lc.extra_srun)
+
+
+def render_batch(contract: Contract, run: RunSpec, *, sweep_name: str, run_dir: str,
+                 replay: dict[str, Any] | None) -> str:
+    lc = contract.launcher
+    gpn = contract.hardware.gpus_per_node
+    extra = sbatch_lines(lc)
     env = run_env(contract, run)
     exports = "\n".join(f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     if replay is None:
@@ -148,12 +163,7 @@ def render_batch(contract: Contract, run: RunSpec, *, sweep_name: str, run_dir: 
         tasks = min(gpn, run.gpus)
         extra.insert(0, f"#SBATCH --gpus-per-node={tasks}")
         extra.append("#SBATCH --exclusive")
-        srun = ["--ntasks-per-node", str(tasks), "--cpu-bind=none", "--kill-on-bad-exit=1"]
-        if lc.container_image:
-            srun += [f"--container-image={lc.container_image}", "--no-container-mount-home"]
-            if lc.container_mounts:
-                srun.append(f"--container-mounts={','.join(lc.container_mounts)}")
-        srun += lc.extra_srun
+        srun = srun_args(lc, tasks)
         post = ""
         if run.profile and lc.profiler == "nsys":
             post = ('for f in "$RUN_DIR"/traces/*.nsys-rep; do [ -e "$f" ] || continue; '

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from moetune.spec.layout import bridge_default_etp
+from moetune.spec.validate import min_world_size_of
 from moetune.sweep.contract import Contract, Window
 from moetune.sweep.plan_input import Candidate
 
@@ -42,11 +44,11 @@ class RunSpec:
 
 
 def min_world_size(layout: dict[str, Any]) -> int:
-    """Minimum GPUs for a folded layout: PP x max(TP x CP, EP x ETP) (docs/domain.md §2.1)."""
+    """Minimum GPUs for a folded layout given as a dict: :func:`moetune.spec.validate.min_world_size_of`
+    (``PP x lcm(TP x CP, ETP x EP)``, PAR-004 / TOPO-008), ETP unset -> the Bridge default."""
     tp, pp, cp, ep = (int(layout.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
     etp = layout.get("etp")
-    etp = int(etp) if etp is not None else (1 if ep > 1 else tp)
-    return pp * max(tp * cp, ep * etp)
+    return min_world_size_of(tp, cp, pp, ep, int(etp) if etp is not None else bridge_default_etp(tp, ep))
 
 
 def intended_features(features: dict[str, Any], precision: str) -> dict[str, Any]:

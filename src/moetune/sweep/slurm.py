@@ -12,7 +12,7 @@ import shlex
 from typing import Any
 
 from moetune.sweep.contract import Launcher
-from moetune.sweep.launcher import render
+from moetune.sweep.launcher import render, sbatch_lines, srun_args
 
 
 def render_bridge_script(*, job: Any, recipe: str | None, overrides: list[str], env: dict[str, str], nodes: int,
@@ -20,18 +20,8 @@ def render_bridge_script(*, job: Any, recipe: str | None, overrides: list[str], 
     lc = launcher or Launcher()
     gpn = min(job.system.gpus_per_node, job.gpus)
     name = f"moetune-{job.model.name.lower().replace(' ', '-')}"
-    extra = [f"#SBATCH --gpus-per-node={gpn}", "#SBATCH --exclusive"]
-    if lc.account:
-        extra.append(f"#SBATCH --account={lc.account}")
-    if lc.partition:
-        extra.append(f"#SBATCH --partition={lc.partition}")
-    extra += [f"#SBATCH {x}" for x in lc.extra_sbatch]
-    srun = ["--ntasks-per-node", str(gpn), "--cpu-bind=none", "--kill-on-bad-exit=1"]
-    if lc.container_image:
-        srun += [f"--container-image={lc.container_image}", "--no-container-mount-home"]
-        if lc.container_mounts:
-            srun.append(f"--container-mounts={','.join(lc.container_mounts)}")
-    srun += lc.extra_srun
+    extra = [f"#SBATCH --gpus-per-node={gpn}", "#SBATCH --exclusive", *sbatch_lines(lc)]
+    srun = srun_args(lc, gpn)
     cmd = ["python", "scripts/training/run_recipe.py", "--recipe", recipe or "<recipe>_pretrain_config", *overrides]
     rank = ("export RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS LOCAL_RANK=$SLURM_LOCALID; "
             f"cd {shlex.quote(lc.workdir)} && exec " + " ".join(shlex.quote(a) for a in cmd))

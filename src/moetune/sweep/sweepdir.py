@@ -19,6 +19,8 @@ from typing import Any
 import yaml
 
 from moetune.errors import InputError
+from moetune.spec.layout import bridge_default_etp
+from moetune.spec.validate import world_size_violation
 from moetune.sweep.contract import (
     Contract,
     ContractLayout,
@@ -82,8 +84,8 @@ def build_contract(plan: PlanInput, cand: Candidate, *, opts: dict[str, Any]) ->
     lay = cand.layout
     tp, pp, cp, ep = (int(lay.get(k) or 1) for k in ("tp", "pp", "cp", "ep"))
     etp = lay.get("etp")
-    etp_eff = int(etp) if etp is not None else (1 if ep > 1 else tp)
-    if gpus % (tp * cp * pp) or gpus % (etp_eff * ep * pp):
+    etp_eff = int(etp) if etp is not None else bridge_default_etp(tp, ep)
+    if world_size_violation(tp, cp, pp, ep, etp_eff, gpus):
         raise InputError(f"candidate {cand.index}: layout {cand.label} does not divide {gpus} GPUs")
     reasons = []
     forced = bool(feats.get("moe_router_force_load_balancing"))
