@@ -28,6 +28,7 @@ from moetune.rules.effective import (
 )
 from moetune.rules.engine import Env, gpu_key
 from moetune.spec import Features, Job, Layout, ModelArch, System
+from moetune.spec.features import BRIDGE_MIXED_PRECISION, PRECISION_ALIASES
 from moetune.spec.layout import bridge_default_etp
 
 #: tokenizer default vocab sizes when a config gives no vocab (Megatron-LM tokenizer defaults)
@@ -40,8 +41,9 @@ def _precision(model: dict, mp: Any) -> str:
     if src.get("fp4"):
         return "nvfp4"
     if src.get("fp8"):
-        return {"delayed": "fp8_delayed", "tensorwise": "fp8_cs", "blockwise": "fp8_blockwise",
-                "mxfp8": "mxfp8"}.get(src.get("fp8_recipe") or "delayed", "fp8_cs")
+        # fp8_recipe delayed / tensorwise / blockwise / mxfp8 (MCore Fp8Recipe); unset means delayed (MCore default)
+        canon = PRECISION_ALIASES.get(str(src.get("fp8_recipe") or "delayed"), "fp8_cs")
+        return canon if canon.startswith(("fp8", "mxfp8")) else "fp8_cs"
     if src.get("fp16"):
         return "fp16"
     return "bf16"
@@ -319,11 +321,6 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
     )
 
 
-_MP_NAME = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8_delayed": "bf16_with_fp8_delayed_scaling_mixed",
-            "fp8_cs": "bf16_with_fp8_current_scaling_mixed", "fp8_blockwise": "bf16_with_fp8_subchannel_scaling_mixed",
-            "mxfp8": "bf16_with_mxfp8_mixed", "nvfp4": "bf16_with_nvfp4_mixed"}
-
-
 def job_to_config(job: Job) -> dict:
     """Bridge-form nested config for a Job (``mixed_precision`` recipe fields, overlaps on ``comm_overlap``)."""
     from moetune.rules.effective import resolve_mixed_precision
@@ -371,7 +368,7 @@ def job_to_config(job: Job) -> dict:
     model["cuda_graph_scope"] = scope or None
     if impl != "none":
         model["use_te_rng_tracker"] = True
-    mp = resolve_mixed_precision(_MP_NAME[f.precision])
+    mp = resolve_mixed_precision(BRIDGE_MIXED_PRECISION[f.precision])
     mp["fp8_param_gather"] = f.fp8_param_gather if mp.get("fp8") or mp.get("fp4") else False
     mp["fp8_param"] = mp["fp8_param_gather"]
     mp["grad_reduce_in_fp32"] = f.grad_reduce_in_fp32
