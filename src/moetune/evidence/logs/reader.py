@@ -18,9 +18,7 @@ from __future__ import annotations
 import gzip
 import math
 import re
-import warnings
 from collections import deque
-from itertools import chain
 from pathlib import Path
 from typing import IO, Any
 
@@ -158,6 +156,21 @@ _FAST_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_nor
                            "num_zeros", "consumed_samples"})
 
 
+def _parse_columns(groups: list[tuple[bytes, ...]], k: int, width: int) -> np.ndarray:
+    """float() of every captured value, column by column; a column whose values repeat (batch size, loss scale,
+    skipped/NaN counters) converts each distinct value once. Raises ValueError on an unparsable value."""
+    out = np.empty((k, width))
+    for j, col in enumerate(zip(*groups, strict=True)):
+        if len(set(col[::64])) <= 4:
+            distinct = set(col)
+            if len(distinct) <= 64:
+                conv = {v: float(v) for v in distinct}
+                out[:, j] = list(map(conv.__getitem__, col))
+                continue
+        out[:, j] = list(map(float, col))
+    return out
+
+
 class _Shape:
     """One iteration-line layout (its exact key sequence), compiled to a single regex for the fast path.
 
@@ -290,7 +303,19 @@ class _Parser:
                     self.rec.recognised_lines += 1
                 self.ring[line_no & _RING_MASK] = line
                 return
-            if b"iteration" in line and self.shapes and self._fast_iteration(line_no, line):
+            if b"nan iterations" in line and self.shapes and self._fast_iteration(line_no, line):
+                self.ring[line_no & _RING_MASK] = line
+                return
+        elif self.block == "timers" and self.pending is None and line[:1] == b" " and b"\r" not in line and \
+                b"\x1b" not in line:
+            # a timer line of a "(min, max) time across ranks" block (the general path below, without its checks)
+            m = P.TIMER_MINMAX.match(line)
+            if m:
+                raw = m.group(1)
+                name = self.timer_names.get(raw)
+                if name is None:
+                    name = self.timer_names[raw] = raw.decode("utf-8", "replace").strip()
+                self._timer(line_no, name, float(m.group(2)), float(m.group(3)))
                 self.ring[line_no & _RING_MASK] = line
                 return
         if b"\r" in line:  # CRLF endings; progress bars that overwrite themselves
@@ -302,7 +327,7 @@ class _Parser:
             pass
         elif self.block and self._continue_block(line_no, line):
             pass
-        elif b"iteration" in line and self.shapes and self._fast_iteration(line_no, line):
+        elif b"nan iterations" in line and self.shapes and self._fast_iteration(line_no, line):
             pass
         else:
             self._dispatch(line_no, line)
@@ -357,15 +382,9 @@ class _Parser:
         self.rec.recognised_lines += len(groups)
         k = len(groups)
         width = len(groups[0])
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                arr = np.fromstring(b" ".join(chain.from_iterable(groups)), dtype=np.float64, sep=" ")
-            except ValueError:
-                arr = np.zeros(0)
-        if arr.size == k * width:
-            arr = arr.reshape(k, width)
-        else:  # a value with blanks inside or an unparsable value: convert one by one
+        try:
+            arr = _parse_columns(groups, k, width)
+        except ValueError:  # a value with blanks inside or an unparsable value: convert one by one
             arr = np.array([[_num(x) for x in g] for g in groups], dtype=np.float64)
         arr = np.concatenate([arr, np.full((k, 1), np.nan)], axis=1)
         block = arr[:, shape.perm_full]
@@ -386,7 +405,7 @@ class _Parser:
         """A queued line that is not of its guessed layout: parse it with the general iteration parser."""
         self.rows_seen -= 1
         body, rank = self._rank(line)
-        m = P.ITER_HEAD.search(body)
+        m = P.iter_head(body)
         if m is None:
             return
         self._finish_iteration(line_no, body[m.end():], int(m.group(1)), int(m.group(2)), rank,
@@ -498,7 +517,7 @@ class _Parser:
                                        complete=True, nemo=True)
                 return True
         body, rank = self._rank(line) if line[:1] != b" " else (line, None)
-        m = P.ITER_HEAD.search(body)
+        m = P.iter_head(body)
         if m is None:
             return False
         if self.pending is not None:
@@ -524,7 +543,7 @@ class _Parser:
         if head.startswith((b"[", b">", b"Traceback", b"File ", b"(min", b"time (ms)", b"Step Time", b"Number of",
                             b"Theoretical", b"Training epoch")):
             return False
-        return P.ITER_HEAD.search(line) is None
+        return b"iteration" not in line or P.iter_head(line) is None
 
     def _continue_pending(self, line: bytes) -> bool:
         prev_len = self.pending_width
@@ -550,7 +569,7 @@ class _Parser:
         if self.pending_kind == "iteration":
             if self.shapes and b"nan iterations" in text and self._fast_iteration(self.pending_line, text):
                 return
-            m = P.ITER_HEAD.search(text)
+            m = P.iter_head(text)
             complete = b"nan iterations" in text
             self._finish_iteration(self.pending_line, text[m.end():], int(m.group(1)), int(m.group(2)),
                                    self.pending_rank, complete=complete, truncated=truncated and not complete)
@@ -1172,6 +1191,10 @@ def read_text_log(path: Path) -> RunRecord:
             ring = parser.ring
             counts = rec.signal_counts
             closed_extra = 0
+            # parser state, refreshed after every call into the parser: ``clean`` = no wrapped record or block open
+            # (only then may a line skip the state machine); ``capped`` = clean and the NCCL "Connection closed"
+            # chatter is past its evidence cap (those lines are then only counted)
+            clean, capped = True, False
             tail = b""
             while True:
                 chunk = f.read(CHUNK_BYTES)
@@ -1180,12 +1203,12 @@ def read_text_log(path: Path) -> RunRecord:
                 nbytes += len(chunk)
                 lines = (tail + chunk).split(b"\n") if tail else chunk.split(b"\n")
                 tail = lines.pop()
-                for line in lines:
-                    n += 1
+                first = n + 1
+                for n, line in enumerate(lines, first):  # n: the running line number
                     # hot paths inlined (no method call): complete iteration lines of a known layout, and
                     # NCCL INFO "Connection closed" chatter beyond the evidence cap; everything else goes to feed
                     if b"nan iterations" in line:
-                        if parser.pending is None and not parser.block:
+                        if clean:
                             shape = hints.get((line.count(b"|"), line.count(b":")))
                             if shape is not None:
                                 shape.raw.append(line)
@@ -1195,13 +1218,12 @@ def read_text_log(path: Path) -> RunRecord:
                                     parser._flush(shape)
                                 ring[n & _RING_MASK] = line
                                 continue
-                    elif b"NCCL INFO" in line and b"Connection closed by localRank" in line and \
-                            counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND and \
-                            parser.pending is None and not parser.block:
-                        counts["nccl_connection_closed"] += 1
+                    elif capped and b"Connection closed by localRank" in line and b"NCCL INFO" in line:
                         closed_extra += 1
                         continue
                     feed(n, line)
+                    clean = parser.pending is None and not parser.block
+                    capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
             if tail:
                 n += 1
                 feed(n, tail)
@@ -1210,6 +1232,8 @@ def read_text_log(path: Path) -> RunRecord:
                          value=str(path)) from None
     complete = not tail
     rec.recognised_lines += closed_extra
+    if closed_extra:
+        rec.signal_counts["nccl_connection_closed"] += closed_extra
     parser.finish(complete)
     rec.lines = n
     rec.bytes = nbytes
