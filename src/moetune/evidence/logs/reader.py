@@ -178,8 +178,7 @@ class _Shape:
     exactly; lines of a known layout are matched by one regex each and their numbers converted in bulk.
     """
 
-    __slots__ = ("rx_full", "rx_multi", "perm_full", "scale", "gn_idx", "has_primary", "extras", "raw", "lines",
-                 "total")
+    __slots__ = ("rx_full", "rx_multi", "perm_full", "scale", "gn_idx", "has_primary", "extras", "total")
 
     def __init__(self, keys: list[bytes], cache: dict[bytes, tuple[str, Any]], total: float) -> None:
         parts, mparts = [], []
@@ -197,8 +196,6 @@ class _Shape:
         self.rx_full = re.compile(rb"[^|]*?\biteration\s+(\d+)\s*/\s*\d+\s*\|" + b"".join(parts), re.S)
         self.rx_multi = re.compile(rb"^[^|\n]*?\biteration[ \t]+(\d+)[ \t]*/[ \t]*\d+[ \t]*\|" + b"".join(mparts),
                                    re.M)
-        self.raw: list[bytes] = []
-        self.lines: list[int] = []
         self.total = total
         g = len(cols) + 1  # groups: iteration, then the needed fields; index g is the NaN appended
         perm = [g] * IterationTable.NCOL
@@ -244,6 +241,10 @@ class _Parser:
         self.tb_open: dict[int | None, int] = {}
         self.key_cache: dict[bytes, tuple[str, Any]] = {}
         self.shapes: list[_Shape] = []
+        # complete iteration lines of known layouts waiting for bulk parsing, in line order
+        self.q_raw: list[bytes] = []
+        self.q_lines: list[int] = []
+        self.q_shape: list[_Shape] = []
         self.shape_keys: set[tuple] = set()
         self.shape_hint: dict[tuple[int, int], _Shape] = {}
         self.timer_names: dict[bytes, str] = {}
@@ -351,19 +352,54 @@ class _Parser:
                     break
             else:
                 return False
-        shape.raw.append(line)
-        shape.lines.append(line_no)
+        self.q_raw.append(line)
+        self.q_lines.append(line_no)
+        self.q_shape.append(shape)
         self.rows_seen += 1
-        if len(shape.raw) >= FLUSH_ROWS:
-            self._flush(shape)
+        if len(self.q_raw) >= FLUSH_ROWS:
+            self._flush_queue()
         return True
 
-    def _flush(self, shape: _Shape) -> None:
-        """Parse a shape's queued lines in bulk: one multi-line regex pass, then numpy parses the numbers."""
-        if not shape.raw:
+    def _flush_queue(self) -> None:
+        """Parse the queued iteration lines, grouped by layout, and append them as one block in line order (so the
+        table rarely needs reordering at the end)."""
+        raw, lines, shapes = self.q_raw, self.q_lines, self.q_shape
+        if not raw:
             return
-        raw, lines = shape.raw, shape.lines
-        shape.raw, shape.lines = [], []
+        self.q_raw, self.q_lines, self.q_shape = [], [], []
+        first = shapes[0]
+        if shapes.count(first) == len(shapes):
+            parts = [self._parse_shape(first, raw, lines)]
+        else:
+            groups: dict[_Shape, list[int]] = {}
+            for i, sh in enumerate(shapes):
+                groups.setdefault(sh, []).append(i)
+            parts = [self._parse_shape(sh, [raw[i] for i in ix], [lines[i] for i in ix]) for sh, ix in groups.items()]
+        parts = [pt for pt in parts if pt is not None]
+        if not parts:
+            return
+        if len(parts) == 1:
+            block, extras = parts[0]
+        else:
+            block = np.concatenate([b for b, _ in parts])
+            k = len(block)
+            extras = {}
+            off = 0
+            for b, ex in parts:
+                for key, v in ex.items():
+                    col = extras.get(key)
+                    if col is None:
+                        col = extras[key] = np.full(k, np.nan)
+                    col[off:off + len(b)] = v
+                off += len(b)
+            order = np.argsort(block[:, _C_LINE], kind="stable")
+            block = block[order]
+            extras = {key: v[order] for key, v in extras.items()}
+        self.rec.iterations.extend_block(block, extras)
+
+    def _parse_shape(self, shape: _Shape, raw: list[bytes], lines: list[int]) -> tuple[np.ndarray, dict] | None:
+        """Parse lines of one layout in bulk (one multi-line regex pass, then the numbers column by column); lines
+        that turn out not to be of this layout go through the general parser."""
         groups = shape.rx_multi.findall(b"\n".join(raw))
         if len(groups) != len(raw):  # some line is not of this layout: match one by one
             groups, ok_lines = [], []
@@ -376,7 +412,7 @@ class _Parser:
                     self._reparse(ln, line)
             lines = ok_lines
         if not groups:
-            return
+            return None
         if not isinstance(groups[0], tuple):
             groups = [(g,) for g in groups]
         self.rec.recognised_lines += len(groups)
@@ -398,8 +434,7 @@ class _Parser:
         block[:, _C_LINE] = lines
         block[:, _C_FLAGS] = 0.0
         block[:, _C_SEGMENT] = 0.0
-        extras = {name: arr[:, i] for name, i in shape.extras}
-        self.rec.iterations.extend_block(block, extras)
+        return block, {name: arr[:, i] for name, i in shape.extras}
 
     def _reparse(self, line_no: int, line: bytes) -> None:
         """A queued line that is not of its guessed layout: parse it with the general iteration parser."""
@@ -645,6 +680,8 @@ class _Parser:
         if rank is not None:
             self.rec.ranks_seen.add(rank)
         self.rows_seen += 1
+        if self.q_raw:  # keep rows in line order
+            self._flush_queue()
         self.rec.iterations.append_values(row, extra)
         self.sources.add("nemo" if nemo else "megatron")
 
@@ -1000,10 +1037,9 @@ class _Parser:
                 self._signal(start, "traceback_unterminated", f"traceback with {len(fr)} frames, no exception line"
                              .encode(), rank, frames=tuple(fr))
         self.frames.clear()
-        for shape in list(self.shapes):
-            if shape.raw:
-                self.sources.add("megatron")
-            self._flush(shape)
+        if self.q_raw:
+            self.sources.add("megatron")
+        self._flush_queue()
         self._resolve_rows()
         rec = self.rec
         if "bridge" in self.sources:
@@ -1195,6 +1231,7 @@ def read_text_log(path: Path) -> RunRecord:
             # (only then may a line skip the state machine); ``capped`` = clean and the NCCL "Connection closed"
             # chatter is past its evidence cap (those lines are then only counted)
             clean, capped = True, False
+            q_raw, q_lines, q_shape = parser.q_raw, parser.q_lines, parser.q_shape
             tail = b""
             while True:
                 chunk = f.read(CHUNK_BYTES)
@@ -1211,17 +1248,20 @@ def read_text_log(path: Path) -> RunRecord:
                         if clean:
                             shape = hints.get((line.count(b"|"), line.count(b":")))
                             if shape is not None:
-                                shape.raw.append(line)
-                                shape.lines.append(n)
+                                q_raw.append(line)
+                                q_lines.append(n)
+                                q_shape.append(shape)
                                 parser.rows_seen += 1
-                                if len(shape.raw) >= FLUSH_ROWS:
-                                    parser._flush(shape)
+                                if len(q_raw) >= FLUSH_ROWS:
+                                    parser._flush_queue()
+                                    q_raw, q_lines, q_shape = parser.q_raw, parser.q_lines, parser.q_shape
                                 ring[n & _RING_MASK] = line
                                 continue
                     elif capped and b"Connection closed by localRank" in line and b"NCCL INFO" in line:
                         closed_extra += 1
                         continue
                     feed(n, line)
+                    q_raw, q_lines, q_shape = parser.q_raw, parser.q_lines, parser.q_shape
                     clean = parser.pending is None and not parser.block
                     capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
             if tail:
