@@ -139,6 +139,9 @@ _IDX = IterationTable.INDEX
 _C_ITER, _C_TOTAL, _C_SEGMENT, _C_LINE = _IDX["iteration"], _IDX["train_iters"], _IDX["segment"], _IDX["line"]
 _C_ELAPSED, _C_LOSS_MISSING, _C_GN_BAD, _C_FLAGS = (_IDX["elapsed_s"], _IDX["loss_missing"],
                                                     _IDX["grad_norm_nonfinite"], _IDX["flags"])
+#: how lines that start another record begin (never the continuation of a wrapped one)
+_NOT_CONTINUATION = (b"[", b">", b"Traceback", b"File ", b"(min", b"time (ms)", b"Step Time", b"Number of",
+                     b"Theoretical", b"Training epoch")
 #: distinct iteration-line layouts remembered for the fast path
 MAX_SHAPES = 16
 #: queued fast-path rows converted per batch
@@ -567,29 +570,21 @@ class _Parser:
             self.pending_width = len(line)
         return True
 
-    def _is_continuation(self, line: bytes) -> bool:
-        if not line.strip() or len(self.pending) >= MAX_WRAP_LINES:  # type: ignore[arg-type]
-            return False
-        if len(self.pending[-1]) < MIN_WRAP_WIDTH and self.pending_width < MIN_WRAP_WIDTH:  # type: ignore[index]
-            return False
-        if b"|" not in line and b":" not in line:
-            return False
-        head = line.lstrip()[:12]
-        if head.startswith((b"[", b">", b"Traceback", b"File ", b"(min", b"time (ms)", b"Step Time", b"Number of",
-                            b"Theoretical", b"Training epoch")):
-            return False
-        return b"iteration" not in line or P.iter_head(line) is None
-
     def _continue_pending(self, line: bytes) -> bool:
-        prev_len = self.pending_width
-        if prev_len >= MIN_WRAP_WIDTH and self._is_continuation(line):
-            self.pending.append(line)  # type: ignore[union-attr]
+        """Append ``line`` to the open wrapped record when it continues it (closing the record once complete); else
+        close the record and return False. A continuation is a non-blank line with a ``|`` or ``:`` that does not
+        start like another record, after a physical line at least :data:`MIN_WRAP_WIDTH` wide."""
+        pending = self.pending
+        if self.pending_width >= MIN_WRAP_WIDTH and len(pending) < MAX_WRAP_LINES and \
+                (b"|" in line or b":" in line) and line.strip() and \
+                not line.lstrip()[:12].startswith(_NOT_CONTINUATION) and \
+                (b"iteration" not in line or P.iter_head(line) is None):  # type: ignore[arg-type]
+            pending.append(line)  # type: ignore[union-attr]
             self.pending_width = len(line)
-            joined_tail = line
             if self.pending_kind == "iteration":
-                done = b"nan iterations" in joined_tail and joined_tail.rstrip().endswith(b"|")
+                done = b"nan iterations" in line and line.rstrip().endswith(b"|")
             else:
-                done = b"max reserved" in joined_tail or b"max-reserved" in joined_tail or b"count" in joined_tail
+                done = b"max reserved" in line or b"max-reserved" in line or b"count" in line
             if done:
                 self._close_pending(truncated=False)
             return True
