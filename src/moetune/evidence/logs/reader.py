@@ -1,9 +1,11 @@
 """Streaming reader for Megatron-LM / Megatron-Bridge / NeMo-Lightning training logs.
 
-One pass over the file in binary mode, line by line, in memory bounded by the number of *iterations* (numeric
-columns, 8 bytes per value) and small capped lists of evidence lines, never by the size of the text. Each line is
-first tested with cheap ``in`` checks on literals; only candidate lines reach a regex, and only lines kept as
-evidence are decoded.
+One pass over the file in binary mode (4 MiB chunks split into lines in C), in memory bounded by the number of
+*iterations* (packed numeric columns, ~24 bytes per logged iteration, see :mod:`.columns`) and small capped lists of
+evidence lines, never by the size of the text. Each line is first tested with cheap ``in`` checks on literals; only
+candidate lines reach a regex, and only lines kept as evidence are decoded. Complete iteration lines of a layout
+seen before skip the state machine: they are queued in line order and parsed in batches of 8192 (one compiled
+regex per layout over the joined batch, then ``float`` column by column).
 
 Handled: iteration lines with every field (BPN §3 order; Megatron-DeepSpeed/LLM forks' extra fields are ignored),
 lines wrapped by a terminal at a fixed width (re-joined without a separator: the wrap either split a word or the
