@@ -21,6 +21,7 @@ import gzip
 import math
 import re
 from collections import deque
+from operator import itemgetter
 from pathlib import Path
 from typing import IO, Any
 
@@ -170,9 +171,9 @@ def _parse_columns(groups: list[tuple[bytes, ...]], k: int, width: int) -> np.nd
             distinct = set(col)
             if len(distinct) <= 64:
                 conv = {v: float(v) for v in distinct}
-                out[:, j] = list(map(conv.__getitem__, col))
+                out[:, j] = np.fromiter(map(conv.__getitem__, col), dtype=np.float64, count=k)
                 continue
-        out[:, j] = list(map(float, col))
+        out[:, j] = np.fromiter(map(float, col), dtype=np.float64, count=k)
     return out
 
 
@@ -375,11 +376,15 @@ class _Parser:
         first = shapes[0]
         if shapes.count(first) == len(shapes):
             parts = [self._parse_shape(first, raw, lines)]
-        else:
-            groups: dict[_Shape, list[int]] = {}
-            for i, sh in enumerate(shapes):
-                groups.setdefault(sh, []).append(i)
-            parts = [self._parse_shape(sh, [raw[i] for i in ix], [lines[i] for i in ix]) for sh, ix in groups.items()]
+        else:  # group by layout in C: shape index per line, then itemgetter picks each group's lines
+            index = {sh: i for i, sh in enumerate(dict.fromkeys(shapes))}
+            ids = np.fromiter(map(index.__getitem__, shapes), dtype=np.int64, count=len(shapes))
+            parts = []
+            for sh, i in index.items():
+                ix = np.flatnonzero(ids == i).tolist()
+                pick = itemgetter(*ix)
+                sub_raw, sub_lines = (pick(raw), pick(lines)) if len(ix) > 1 else ((raw[ix[0]],), (lines[ix[0]],))
+                parts.append(self._parse_shape(sh, list(sub_raw), list(sub_lines)))
         parts = [pt for pt in parts if pt is not None]
         if not parts:
             return
