@@ -25,7 +25,6 @@ import statistics
 import sys
 from pathlib import Path
 
-from moetune.commands.estimate import with_memory_fields
 from moetune.errors import MoetuneError
 from moetune.io.config_to_job import job_from_config
 from moetune.io.megatron_args import read_megatron_args
@@ -67,16 +66,16 @@ def _static_gib(stage) -> float:
 def _golden_job(cfg_path: Path, system: str, steady: float | None, release: bool):
     cfg = read_megatron_args(cfg_path)
     if not release:
-        return with_memory_fields(job_from_config(cfg, system=system, gpus=8), cfg), 8, ""
+        return job_from_config(cfg, system=system, gpus=8), 8, ""
     from moetune.spec.validate import min_world_size
 
-    probe = with_memory_fields(job_from_config(cfg, system=system, gpus=1 << 12), cfg)
+    probe = job_from_config(cfg, system=system, gpus=1 << 12)
     base = min_world_size(probe.layout)
     best = None
     for k in range(0, 8):
         w = base << k
         try:
-            job = with_memory_fields(job_from_config(cfg, system=system, gpus=w), cfg)
+            job = job_from_config(cfg, system=system, gpus=w)
             if job.num_microbatches < 1:
                 continue
             st = _static_gib(estimate_memory(job).stages[-1])
@@ -137,7 +136,7 @@ def _row_job(r: dict, data: Path, golden_cfgs: dict[str, Path]):
         return None, "model/recipe not in the catalogs", model
     recipe, ov, note = CARD_RECIPES[key]
     cfg = recipe_config(recipe)
-    job = with_memory_fields(job_from_config(cfg), cfg)
+    job = job_from_config(cfg)
     upd_lay = {k: v for k, v in ov.items() if k in ("cp", "tp", "pp", "ep")}
     feats: dict = {}
     if ov.get("graphs") is False:

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from moetune.commands.estimate import with_memory_fields
 from moetune.io.config_to_job import job_from_config
 from moetune.io.megatron_args import read_megatron_args
 from moetune.perfmodel.bridge_baseline import bridge_theoretical_memory
@@ -28,7 +27,7 @@ CASES = [
 def test_golden_last_rank_peak(shared_data, case):
     gdir = shared_data / "megatron_golden"
     cfg = read_megatron_args(gdir / f"case_{case}_config.yaml")
-    job = with_memory_fields(job_from_config(cfg, gpus=8), cfg)
+    job = job_from_config(cfg, gpus=8)
     golden = json.loads((gdir / f"case_{case}_golden.json").read_text())["mem-max-allocated-bytes"]["values"]
     measured = max(float(v) for v in golden.values() if v != "nan") / 2**30
     pred = estimate_memory(job).last_stage_peak_allocated_gib
@@ -39,7 +38,7 @@ def test_better_than_bridge_formula_on_unfused_attention(shared_data):
     gdir = shared_data / "megatron_golden"
     case = "gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
     cfg = read_megatron_args(gdir / f"case_{case}_config.yaml")
-    job = with_memory_fields(job_from_config(cfg, gpus=8), cfg)
+    job = job_from_config(cfg, gpus=8)
     measured = 55.983
     ours = abs(estimate_memory(job).last_stage_peak_allocated_gib - measured)
     theirs = abs(bridge_theoretical_memory(job).total_gib - measured)

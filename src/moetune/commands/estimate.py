@@ -141,67 +141,11 @@ def job_from_files(*, megatron_args: str | None, bridge_config: str | None, over
 
         cfg = read_bridge_config(bridge_config, overrides)
     _positive("--gpus", gpus)
-    _check_integer_fields(cfg)
     try:
         job = job_from_config(cfg, system=system, gpus=gpus, model=model)
     except (ValueError, TypeError) as e:  # a reader that did not name the field: still one line, exit 2
         raise InputError(f"{megatron_args or bridge_config}: invalid value ({str(e).splitlines()[0]})") from None
-    return with_memory_fields(job, cfg)
-
-
-#: integer fields the memory estimate needs (section -> fields); checked before building the Job so that a bad
-#: override such as ``model.tensor_model_parallel_size=abc`` is reported by name
-_INT_FIELDS = {
-    "model": ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
-              "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "num_layers",
-              "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
-              "seq_length", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "mtp_num_layers",
-              "recompute_num_layers"),
-    "train": ("micro_batch_size", "global_batch_size"),
-}
-
-
-def _check_integer_fields(cfg: dict) -> None:
-    for section, fields in _INT_FIELDS.items():
-        sec = cfg.get(section) or {}
-        if not isinstance(sec, dict):
-            continue
-        for name in fields:
-            v = sec.get(name)
-            if v is None or isinstance(v, bool):
-                continue
-            if isinstance(v, int):
-                continue
-            try:
-                int(str(v))
-            except ValueError:
-                raise InputError.bad_value(f"{section}.{name}", v, "an integer") from None
-
-
-#: Features fields the memory model reads that the config reader may not map yet (field -> model.* key)
-_MEMORY_FIELDS = {"attention_backend": "attention_backend", "transformer_impl": "transformer_impl",
-                  "attention_dropout": "attention_dropout", "hidden_dropout": "hidden_dropout",
-                  "cross_entropy_loss_fusion": "cross_entropy_loss_fusion",
-                  "cross_entropy_fusion_impl": "cross_entropy_fusion_impl"}
-
-
-def with_memory_fields(job, cfg: dict):
-    """Fill the memory-relevant Features fields (spec/features.py, attention kernels and dropouts) from the config's
-    ``model.*`` section when the reader left them at their defaults (a no-op once the reader maps them)."""
-    from moetune.spec.features import Features
-
-    model_cfg = cfg.get("model") or {}
-    defaults = Features()
-    upd: dict[str, Any] = {}
-    for field, key in _MEMORY_FIELDS.items():
-        if key in model_cfg and model_cfg[key] is not None and getattr(job.features, field) == getattr(defaults, field):
-            upd[field] = model_cfg[key]
-    if not upd:
-        return job
-    try:
-        return job.with_(features=job.features.model_copy(update=upd))
-    except ValueError as e:
-        raise InputError(f"invalid config value: {str(e).splitlines()[-1].strip()}") from None
+    return job
 
 
 def _time_section(job, efficiency: str | None = None) -> tuple[Any, Any]:

@@ -17,6 +17,7 @@ import yaml
 
 from moetune.errors import InputError
 from moetune.io.overrides import apply_overrides
+from moetune.rules.effective import check_int_fields
 
 #: ConfigContainer sections (megatron/bridge/training/config.py ``ConfigContainer``)
 SECTIONS = (
@@ -103,4 +104,5 @@ def read_bridge_config(path: str | Path | None, overrides: Iterable[str] | None 
         for k in cfg:
             if k not in SECTIONS and k not in ("frontend", "_meta"):
                 raise InputError(f"override section {k!r} unknown; expected one of {', '.join(SECTIONS[:12])}, ...")
+    check_int_fields(cfg)
     return cfg

@@ -31,8 +31,13 @@ from moetune.spec import Features, Job, Layout, ModelArch, System
 from moetune.spec.features import BRIDGE_MIXED_PRECISION, PRECISION_ALIASES
 from moetune.spec.layout import bridge_default_etp
 
-#: tokenizer default vocab sizes when a config gives no vocab (Megatron-LM tokenizer defaults)
-TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "NullTokenizer": None}
+#: tokenizer vocab sizes when a config gives no vocab (Megatron-LM ``megatron/training/tokenizer``): GPT-2 BPE
+#: ``vocab.json`` has 50257 entries, the Llama-2 SentencePiece model 32000; ``NullTokenizer`` is ``--vocab-size`` + 1
+#: (``_NullTokenizer.vocab_size`` appends the eod id) and is handled in :func:`tokenizer_vocab`.
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
+#: SentencePiece model files by basename -> pieces (NVIDIA ``nemotron_2_256k.model`` has 256000 pieces, as its name
+#: says; used by the Megatron-LM GPT/Mixtral release functional tests through ``GPTSentencePieceTokenizer``)
+SENTENCEPIECE_VOCAB = {"nemotron_2_256k.model": 256000}
 _HYBRID = {"M": ("M", "_"), "*": ("A", "_"), "E": ("_", "E"), "-": ("_", "D"), "G": ("G", "_")}
 
 
@@ -49,10 +54,76 @@ def _precision(model: dict, mp: Any) -> str:
     return "bf16"
 
 
+def tokenizer_vocab(tokenizer: dict | None, notes: list[str]) -> int:
+    """Unpadded vocabulary of the tokenizer a config names (Megatron-LM ``build_tokenizer``): NullTokenizer
+    ``--vocab-size N`` -> N+1, GPT2BPETokenizer 50257, Llama2Tokenizer 32000, GPTSentencePieceTokenizer by model file,
+    HuggingFaceTokenizer by the catalog model of that name; anything else is an assumption recorded in ``notes``."""
+    tok = dict(tokenizer or {})
+    kind = str(tok.get("tokenizer_type") or "")
+    given = tok.get("vocab_size")
+    if kind == "NullTokenizer":
+        if not given:
+            raise InputError("tokenizer.vocab_size missing: NullTokenizer needs --vocab-size")
+        notes.append(f"vocab_size {int(given) + 1}: NullTokenizer --vocab-size {int(given)} + eod (MLM _NullTokenizer)")
+        return int(given) + 1
+    if given:
+        notes.append(f"vocab_size {int(given)} from tokenizer.vocab_size ({kind or 'tokenizer type unset'})")
+        return int(given)
+    model_file = str(tok.get("tokenizer_model") or "")
+    if kind == "HuggingFaceTokenizer" and model_file:
+        from moetune.catalog.models import get_model
+
+        try:
+            v = get_model(model_file.rstrip("/").split("/")[-1]).vocab_size
+        except InputError:
+            v = None
+        if v:
+            notes.append(f"vocab_size {v} from the catalog model {model_file!r} (HuggingFaceTokenizer)")
+            return v
+    base = model_file.replace("\\", "/").split("/")[-1]
+    if base in SENTENCEPIECE_VOCAB:
+        notes.append(f"vocab_size {SENTENCEPIECE_VOCAB[base]} from the SentencePiece model {base} ({kind})")
+        return SENTENCEPIECE_VOCAB[base]
+    if not kind and (tok.get("vocab_file") or tok.get("merge_file")):
+        notes.append("vocab_size: tokenizer_type unset with a vocab file, GPT2BPETokenizer assumed")
+        kind = "GPT2BPETokenizer"
+    if kind in TOKENIZER_VOCAB:
+        notes.append(f"vocab_size {TOKENIZER_VOCAB[kind]} from the {kind} vocabulary")
+        return TOKENIZER_VOCAB[kind]
+    fallback = TOKENIZER_VOCAB["GPT2BPETokenizer"] if not kind else 32000
+    notes.append(f"vocab_size unknown: assumed {fallback} ({kind or 'no tokenizer given'}"
+                 f"{', model ' + model_file if model_file else ''})")
+    return fallback
+
+
+def _mlm_default_ffn(h: int, gated: bool, frontend: str) -> tuple[int, str]:
+    """ffn_hidden_size when unset: Megatron-LM ``validate_args`` uses int((4*h*2/3)/64)*64 with ``--swiglu`` (same
+    parameter count as a 4h MLP, rounded down to 64) and 4*h otherwise; MCore ``TransformerConfig.__post_init__``
+    (Bridge) always 4*h."""
+    if frontend == "megatron-lm" and gated:
+        return int((4 * h * 2 / 3) / 64) * 64, "MLM --swiglu default int((4*h*2/3)/64)*64"
+    return 4 * h, "MCore default 4*hidden_size" if frontend != "megatron-lm" else "MLM default 4*hidden_size"
+
+
 def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | None = None,
-                           assumptions: list[str] | None = None) -> ModelArch:
-    """ModelArch from ``model.*`` fields (raises InputError naming a missing required field)."""
+                           assumptions: list[str] | None = None, frontend: str = "bridge",
+                           catalog: ModelArch | None = None) -> ModelArch:
+    """ModelArch from ``model.*`` fields (raises InputError naming a missing required field).
+
+    Unset fields take the defaults of the frontend that reads them, each recorded in ``assumptions``: tied
+    embeddings (MLM without ``--untie-embeddings-and-output-weights``; MCore/Bridge ``GPTModelProvider``
+    ``share_embeddings_and_output_weights=True``), LayerNorm (MLM ``--normalization`` default, MCore
+    ``TransformerConfig`` and Bridge ``GPTModelProvider``), ffn_hidden_size (:func:`_mlm_default_ffn`), vocabulary
+    from the tokenizer (:func:`tokenizer_vocab`) padded to ``make_vocab_size_divisible_by``·TP (MLM default 128)."""
     notes = assumptions if assumptions is not None else []
+    if catalog is not None:
+        # a recipe names its model provider (catalog model): fields the config leaves unset are the provider's
+        m = dict(m)
+        for key, val in (("normalization", catalog.normalization), ("vocab_size", catalog.vocab_size),
+                         ("share_embeddings_and_output_weights", not catalog.untie_embeddings_and_output_weights)):
+            if m.get(key) is None:
+                m[key] = val
+                notes.append(f"{key} unset: {val} from the catalog model {catalog.name}")
     pattern = m.get("hybrid_layer_pattern") or m.get("hybrid_override_pattern")
     for req in ("hidden_size", "num_attention_heads") + (() if pattern else ("num_layers",)):
         if not m.get(req):
@@ -81,14 +152,24 @@ def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | N
     h = int(m["hidden_size"])
     ffn = m.get("ffn_hidden_size")
     if ffn is None:
-        ffn = 4 * h
-        if "D" in mlp:
-            notes.append(f"ffn_hidden_size unset: MCore default 4*hidden_size={ffn}")
-    vocab = m.get("vocab_size") or m.get("padded_vocab_size") or (tokenizer or {}).get("vocab_size")
+        ffn, why = _mlm_default_ffn(h, bool(m.get("gated_linear_unit")), frontend)
+        notes.append(f"ffn_hidden_size unset: {why} = {ffn}")
+    vocab = m.get("vocab_size") or m.get("padded_vocab_size")
     if not vocab:
-        tok = (tokenizer or {}).get("tokenizer_type") or "GPT2BPETokenizer"
-        vocab = TOKENIZER_VOCAB.get(tok) or 32000
-        notes.append(f"vocab_size unknown: assumed {vocab} ({tok} default)")
+        vocab = tokenizer_vocab(tokenizer, notes)
+    if m.get("make_vocab_size_divisible_by") is None:
+        notes.append("make_vocab_size_divisible_by unset: 128 (MLM/Bridge default; vocab padded to 128*TP)")
+    tied = m.get("share_embeddings_and_output_weights")
+    if tied is None:
+        tied = True
+        notes.append("share_embeddings_and_output_weights unset: tied (MLM without "
+                     "--untie-embeddings-and-output-weights; MCore/Bridge GPTModelProvider default True)")
+    norm = m.get("normalization")
+    if norm is None:
+        norm = "LayerNorm"
+        notes.append("normalization unset: LayerNorm (MLM --normalization / MCore TransformerConfig default)")
+    elif norm not in ("LayerNorm", "RMSNorm"):
+        raise InputError.bad_value("model.normalization", norm, "LayerNorm or RMSNorm")
     act = str(m.get("activation_func") or ("silu" if m.get("gated_linear_unit") else "gelu")).lower()
     if "squared" in act:
         activation = "squared_relu"
@@ -107,9 +188,9 @@ def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | N
         num_attention_heads=int(m["num_attention_heads"]), num_query_groups=m.get("num_query_groups"),
         kv_channels=m.get("kv_channels"), vocab_size=int(vocab),
         make_vocab_size_divisible_by=int(m.get("make_vocab_size_divisible_by") or 128),
-        untie_embeddings_and_output_weights=not bool(m.get("share_embeddings_and_output_weights", False)),
+        untie_embeddings_and_output_weights=not bool(tied),
         gated_linear_unit=bool(m.get("gated_linear_unit", activation in ("swiglu", "geglu", "swiglu_clamped"))),
-        activation=activation, normalization="LayerNorm" if m.get("normalization") == "LayerNorm" else "RMSNorm",
+        activation=activation, normalization=str(norm),
         qk_layernorm=bool(m.get("qk_layernorm")), add_bias_linear=bool(m.get("add_bias_linear", False)),
         add_qkv_bias=bool(m.get("add_qkv_bias")), mixer_pattern=mixer, mlp_pattern=mlp,
         multi_latent_attention=mla, mtp_num_layers=int(m.get("mtp_num_layers") or 0),
@@ -205,8 +286,14 @@ def job_from_config(cfg: dict, *, system: str | System | None = None, gpus: int 
         arch = get_model(model)
     elif m.get("num_layers") or m.get("hybrid_layer_pattern"):
         try:
+            base = None
+            if meta.get("model"):
+                try:
+                    base = get_model(meta["model"])
+                except InputError:
+                    base = None
             arch = arch_from_model_fields(m, name=meta.get("model") or "config", tokenizer=eff.get("tokenizer"),
-                                          assumptions=notes)
+                                          assumptions=notes, frontend=eff.get("frontend", "bridge"), catalog=base)
         except InputError:
             if not meta.get("model"):
                 raise
@@ -270,7 +357,21 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
         s = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "uint8": "fp8"}.get(str(v), str(v))
         return s if s in allowed else default
 
+    attn_backend = _enum_name(m.get("attention_backend")) or "auto"
+    if attn_backend not in ("auto", "flash", "fused", "unfused", "local"):
+        raise InputError.bad_value("model.attention_backend", m.get("attention_backend"),
+                                   "auto, flash, fused, unfused or local (MCore AttnBackend)")
+    impl_t = str(m.get("transformer_impl") or "transformer_engine")
+    if impl_t not in ("transformer_engine", "local"):
+        notes.append(f"transformer_impl {impl_t} modelled as transformer_engine")
+        impl_t = "transformer_engine"
+    ce_impl = _enum_name(m.get("cross_entropy_fusion_impl")) or "native"
+    if ce_impl not in ("native", "te"):
+        raise InputError.bad_value("model.cross_entropy_fusion_impl", ce_impl, "native or te")
+    drop = {k: _fraction(m, k) for k in ("attention_dropout", "hidden_dropout")}
     return Features(
+        attention_backend=attn_backend, transformer_impl=impl_t, cross_entropy_fusion_impl=ce_impl,
+        cross_entropy_loss_fusion=bool(m.get("cross_entropy_loss_fusion")), **drop,
         precision=_precision(m, eff.get("mixed_precision")),
         fp8_param_gather=bool(ddp.get("fp8_param_gather")),
         first_last_layers_bf16=bool(m.get("first_last_layers_bf16")),
@@ -321,6 +422,26 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
     )
 
 
+def _enum_name(v: Any) -> str | None:
+    """``AttnBackend.flash`` / ``'flash'`` / ``{_target_: ...AttnBackend, _args_: [...]}`` -> ``'flash'``."""
+    if v is None or v == "":
+        return None
+    return str(v).split(".")[-1].strip().lower()
+
+
+def _fraction(m: dict, key: str) -> float:
+    """A dropout probability from ``model.<key>`` (MCore ``TransformerConfig`` default 0.1 is filled by
+    :func:`moetune.rules.effective.effective_config`)."""
+    v = m.get(key)
+    try:
+        f = float(0.1 if v is None else v)
+    except (TypeError, ValueError):
+        raise InputError.bad_value(f"model.{key}", v, "a probability in [0, 1)") from None
+    if not 0.0 <= f < 1.0:
+        raise InputError.bad_value(f"model.{key}", v, "a probability in [0, 1)")
+    return f
+
+
 def job_to_config(job: Job) -> dict:
     """Bridge-form nested config for a Job (``mixed_precision`` recipe fields, overlaps on ``comm_overlap``)."""
     from moetune.rules.effective import resolve_mixed_precision
@@ -344,7 +465,10 @@ def job_to_config(job: Job) -> dict:
         "offload_modules": list(f.offload_modules), "cpu_offloading": f.cpu_offloading,
         "cpu_offloading_num_layers": f.cpu_offloading_num_layers,
         "moe_shared_expert_overlap": f.moe_shared_expert_overlap,
-        "hidden_dropout": 0.0, "attention_dropout": 0.0, "gradient_accumulation_fusion": True,
+        "hidden_dropout": f.hidden_dropout, "attention_dropout": f.attention_dropout,
+        "attention_backend": f.attention_backend, "transformer_impl": f.transformer_impl,
+        "cross_entropy_loss_fusion": f.cross_entropy_loss_fusion,
+        "cross_entropy_fusion_impl": f.cross_entropy_fusion_impl, "gradient_accumulation_fusion": True,
     })
     if job.model.is_moe:
         model.update({

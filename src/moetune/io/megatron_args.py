@@ -554,5 +554,5 @@ def _resolve_mlm_specials(cfg: dict) -> None:
     elif model.get("fp16"):
         model["params_dtype"] = "float16"
         cfg.setdefault("optimizer", {})["params_dtype"] = "float16"
-    if "vocab_size" in cfg.get("tokenizer", {}) and "vocab_size" not in model:
-        model["vocab_size"] = cfg["tokenizer"]["vocab_size"]
+    # --vocab-size stays on the tokenizer: the model vocabulary is the tokenizer's (NullTokenizer adds the eod id),
+    # resolved with the tokenizer type by moetune.io.config_to_job.tokenizer_vocab

@@ -205,9 +205,43 @@ def _as_list(v: Any) -> list:
     return list(v)
 
 
+#: integer-typed fields of MCore ``ModelParallelConfig``/``TransformerConfig`` and Bridge ``TrainingConfig`` that the
+#: replay and the Job conversion do arithmetic on (section -> fields)
+INT_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
+              "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "num_layers",
+              "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+              "seq_length", "num_moe_experts", "moe_router_topk", "moe_ffn_hidden_size", "mtp_num_layers",
+              "recompute_num_layers", "vocab_size", "make_vocab_size_divisible_by", "cpu_offloading_num_layers",
+              "moe_shared_expert_intermediate_size", "num_layers_in_first_pipeline_stage",
+              "num_layers_in_last_pipeline_stage"),
+    "train": ("micro_batch_size", "global_batch_size"),
+    "ddp": ("num_distributed_optimizer_instances",),
+}
+
+
+def check_int_fields(cfg: dict) -> None:
+    """One-line :class:`InputError` naming the first integer field holding a non-integer (e.g. the override
+    ``model.tensor_model_parallel_size=abc``); integral floats and digit strings pass."""
+    for section, fields in INT_FIELDS.items():
+        sec = cfg.get(section)
+        if not isinstance(sec, dict):
+            continue
+        for name in fields:
+            v = sec.get(name)
+            if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+                continue
+            if isinstance(v, float) and v.is_integer():
+                continue
+            if isinstance(v, str) and v.strip().lstrip("+-").isdigit():
+                continue
+            raise InputError.bad_value(f"{section}.{name}", v, "an integer")
+
+
 def effective_config(cfg: dict, env: Env | None = None) -> dict:
     """The config as the library sees it (docs/rules.md §0.3). Never mutates ``cfg``."""
     env = env or Env()
+    check_int_fields(cfg)
     eff = copy.deepcopy(cfg)
     frontend = eff.get("frontend", "bridge")
     notes: list[tuple[str, str]] = []
