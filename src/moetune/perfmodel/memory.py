@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+import numpy as np
+
 from moetune.catalog.memory_constants import const
 from moetune.perfmodel import activations as act
 from moetune.perfmodel.params import (
@@ -321,6 +323,12 @@ def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ..
     return tuple(sorted(states))
 
 
+@lru_cache(maxsize=4096)
+def _inflight_array(pp: int, vpp: int, m: int, rank: int) -> np.ndarray:
+    """:func:`inflight_states` as a (states x chunks) float array, for one matrix product per rank."""
+    return np.asarray(inflight_states(pp, vpp, m, rank), dtype=float)
+
+
 def graph_scope(job: Job) -> frozenset[str]:
     """CUDA-graph scope in effect (MCore: an empty ``cuda_graph_scope`` with graphs on captures whole layers)."""
     return _graph_scope(job.features)
@@ -348,19 +356,32 @@ def _rank_activation_table(m: ModelArch, lay, f, cfg: act.ActConfig, vocab_padde
 
 def _chunk_activation(m: ModelArch, f, cfg: act.ActConfig, ch, vocab_padded: int
                       ) -> tuple[float, float, float, float]:
-    """(saved bytes per microbatch, of which inside CUDA graphs, transient bytes, offload-resident bytes)."""
-    scope = _graph_scope(f)
+    """(saved bytes per microbatch, of which inside CUDA graphs, transient bytes, offload-resident bytes).
+
+    Memoised on what it reads: the chunk's layer types (chunks of a layout mostly repeat), its edge contents, and
+    the recompute / offload / CUDA-graph fields of the features."""
+    sig = (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss)
+    fkey = (_graph_scope(f), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
+            f.cpu_offloading_num_layers if f.cpu_offloading else 0)
+    return _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
+
+
+@lru_cache(maxsize=65536)
+def _chunk_activation_of(m: ModelArch, fkey: tuple, cfg: act.ActConfig, sig: tuple, vocab_padded: int
+                         ) -> tuple[float, float, float, float]:
+    scope, granularity, method, num_layers, cpu_n = fkey
+    layer_types, mtp_count, has_embedding, has_loss = sig
     graphed = 0.0
-    layers = [(m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers]
-    mtp_layers = mtp_block_layers(m) * ch.mtp_layers if ch.mtp_layers else []
+    layers = list(layer_types)
+    mtp_layers = mtp_block_layers(m) * mtp_count if mtp_count else []
     saved = 0.0
     transient = 0.0
     offl = 0.0
-    full = f.recompute_granularity == "full"
-    n_rec = f.recompute_num_layers or 1
+    full = granularity == "full"
+    n_rec = num_layers or 1
     inp = act.layer_input_bytes(m, cfg)
     if full and layers:
-        if f.recompute_method == "block":
+        if method == "block":
             rec, keep = layers[:n_rec], layers[n_rec:]
             saved += inp * len(rec)
         else:  # uniform (MCore default method for full)
@@ -371,7 +392,6 @@ def _chunk_activation(m: ModelArch, f, cfg: act.ActConfig, ch, vocab_padded: int
             transient = max(transient, act.layer_bytes(m, mx, ml, cfg) * min(n_rec, len(rec)))
     else:
         keep = layers
-    cpu_n = f.cpu_offloading_num_layers if f.cpu_offloading else 0
     for idx, (mx, ml) in enumerate(keep + mtp_layers):
         b = act.layer_bytes(m, mx, ml, cfg)
         if cpu_n and idx < cpu_n and idx < len(keep) - 1:
@@ -382,11 +402,11 @@ def _chunk_activation(m: ModelArch, f, cfg: act.ActConfig, ch, vocab_padded: int
         transient = max(transient, act.layer_transient_bytes(m, mx, ml, cfg)
                         + act.layer_recompute_extra_bytes(m, mx, ml, cfg))
         offl = max(offl, act.layer_offloaded_bytes(m, mx, ml, cfg))
-    if ch.mtp_layers:
-        saved += ch.mtp_layers * act.mtp_extra_bytes(m, cfg, vocab_padded)
-    if ch.embedding:
+    if mtp_count:
+        saved += mtp_count * act.mtp_extra_bytes(m, cfg, vocab_padded)
+    if has_embedding:
         saved += act.embedding_stage_bytes(m, cfg)
-    if ch.loss:
+    if has_loss:
         s, t = act.loss_stage_bytes(m, cfg, vocab_padded)
         saved += s
         transient = max(transient, t)
@@ -449,12 +469,11 @@ def estimate_memory(job: Job) -> MemoryEstimate:
         comps = _model_state(job, dense, expert, lin, largest_layer)
         chunk_saved, chunk_graphed, chunk_trans, resident = _rank_activation_table(
             m, lay, f, cfg, vocab_padded, rank.pp_rank)
-        best, best_state, best_graphed = -1.0, (1,) * vpp, 0.0
-        for state in inflight_states(lay.pp, vpp, nmb, rank.pp_rank):
-            tot = sum(c * a for c, a in zip(state, chunk_saved, strict=True))
-            if tot > best:
-                best, best_state = tot, state
-            best_graphed = max(best_graphed, sum(c * a for c, a in zip(state, chunk_graphed, strict=True)))
+        states = _inflight_array(lay.pp, vpp, nmb, rank.pp_rank)
+        totals = states @ np.asarray(chunk_saved)
+        i_best = int(np.argmax(totals))  # first maximum, in the sorted order of inflight_states
+        best, best_state = float(totals[i_best]), tuple(int(x) for x in states[i_best])
+        best_graphed = max(0.0, float((states @ np.asarray(chunk_graphed)).max()))
         static = sum(comps.values())
         working = chunk_trans + resident
         graphed_io = _graphed_io_bytes(job, cfg, rank, sum(best_state))
