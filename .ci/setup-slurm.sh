@@ -23,11 +23,17 @@ if [ "$need_install" = 1 ]; then
   apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null
 fi
 
-alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# a recorded pid counts only while it is that daemon and not a zombie (pids recorded by an earlier, killed session
+# may be reused by other processes or linger unreaped)
+alive() {
+  [ -n "${1:-}" ] && [ -r "/proc/$1/stat" ] || return 1
+  [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ] || return 1
+  [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
 pid_of() { [ -f "$STATE/pids" ] && awk -v n="$1" '$1==n{print $2}' "$STATE/pids" | tail -1; }
 
 mkdir -p "$STATE"/{ctld,spool,log}
-if alive "$(pid_of slurmctld)" && alive "$(pid_of slurmd)" && alive "$(pid_of munged)"; then
+if alive "$(pid_of slurmctld)" slurmctld && alive "$(pid_of slurmd)" slurmd && alive "$(pid_of munged)" munged; then
   echo "setup-slurm: daemons already running"
 else
   : > "$STATE/pids"
@@ -93,7 +99,9 @@ CONF
 
   # --- daemons -------------------------------------------------------------------------------------------
   rm -f "$STATE/slurmctld.pid" "$STATE/slurmd.pid"
-  /usr/sbin/slurmctld -i
+  # -c: cold start (drop jobs a killed earlier run left in the state dir; CI wants an empty queue), -i: ignore
+  # unreadable state files
+  /usr/sbin/slurmctld -c -i
   for _ in $(seq 100); do [ -s "$STATE/slurmctld.pid" ] && break; sleep 0.1; done
   echo "slurmctld $(cat "$STATE/slurmctld.pid")" >> "$STATE/pids"
   /usr/sbin/slurmd
