@@ -250,3 +250,21 @@ def test_layer_cpu_offloading_and_fine_grained_offload_reduce_activations():
     assert c.components["activations"] < a.components["activations"]
     assert c.components["working_set"] > a.components["working_set"]  # resident offload buffers
     assert c.peak_allocated_gib < a.peak_allocated_gib
+
+
+def test_time_only_features_do_not_change_memory():
+    """The planner shares one memory estimate across variants that differ only in TIME_ONLY_FEATURES."""
+    from moetune.catalog.models import get_model
+    from moetune.catalog.systems import get_system
+    from moetune.perfmodel.memory import TIME_ONLY_FEATURES, estimate_memory
+    from moetune.spec import Features, Job, Layout
+
+    base = Job(model=get_model("Qwen3-30B-A3B"), system=get_system("DGX-H100"), gpus=16, global_batch_size=256,
+               seq_length=4096, layout=Layout(pp=2, vpp=2, ep=8),
+               features=Features(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep"))
+    ref = estimate_memory(base)
+    for field in TIME_ONLY_FEATURES:
+        other = base.with_(features=base.features.model_copy(update={field: True}))
+        got = estimate_memory(other)
+        assert [s.reserved_gib for s in got.stages] == [s.reserved_gib for s in ref.stages], field
+        assert got.peak_allocated_gib == ref.peak_allocated_gib

@@ -323,6 +323,13 @@ def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ..
     return tuple(sorted(states))
 
 
+#: Features fields that change step time but not memory in this model (EP overlap merges the backward of one
+#: microbatch with the forward of the next without holding more activations, docs/domain.md §3.2; delayed wgrad
+#: moves expert weight-gradient GEMMs later in the same backward). Callers that evaluate many feature variants
+#: (the planner) may reuse one memory estimate across them; tests/test_memory.py checks the invariance.
+TIME_ONLY_FEATURES = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
+
+
 @lru_cache(maxsize=4096)
 def _inflight_array(pp: int, vpp: int, m: int, rank: int) -> np.ndarray:
     """:func:`inflight_states` as a (states x chunks) float array, for one matrix product per rank."""

@@ -19,6 +19,7 @@ Order of the workflow, as implemented:
 from __future__ import annotations
 
 import heapq
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,8 +197,14 @@ def _fits(mem, capacity_gib: float, headroom: float) -> tuple[bool, float]:
 
 
 def plan(req: PlanRequest) -> PlanResult:
-    """Run the search and return the ranked feasible candidates (see module docstring)."""
-    from moetune.perfmodel.memory import estimate_memory, weight_and_optimizer_bytes
+    """Run the search and return the ranked feasible candidates (see module docstring).
+
+    Two passes keep it exact and fast: pass 1 prices every layout that survives the model-state floor with its
+    base features once (one step-time estimate) and records :func:`variant_floor`; pass 2 visits the layouts in
+    increasing floor order, fits recompute and evaluates every feature variant, and stops as soon as a layout's
+    floor exceeds the k-th best step time found: every later layout has a larger floor, so none can win.
+    """
+    from moetune.perfmodel.memory import TIME_ONLY_FEATURES, estimate_memory, weight_and_optimizer_bytes
     from moetune.perfmodel.step import estimate_time
     from moetune.rules import check_job
 
@@ -220,7 +227,10 @@ def plan(req: PlanRequest) -> PlanResult:
     best_by_layout: dict[tuple, Candidate] = {}
     base_cache: dict[tuple, Features] = {}
     state_cache: dict[tuple, float] = {}
+    mem_cache: dict[tuple, Any] = {}
     GiB = 1024.0**3
+    tie = itertools.count()
+    time_only = {f: False for f in TIME_ONLY_FEATURES}
 
     def base_features(precision: str, lp: LayoutPoint) -> Features:
         key = (precision, lp.tp > 1)
@@ -228,11 +238,19 @@ def plan(req: PlanRequest) -> PlanResult:
             base_cache[key] = _base_features(req.model, precision, lp)
         return base_cache[key]
 
+    def memory_of(lp: LayoutPoint, feats: Features) -> Any:
+        """Memory estimate, shared by variants that differ only in time-only features (memory.TIME_ONLY_FEATURES)."""
+        key = (lp.key(), feats.model_copy(update=time_only))
+        got = mem_cache.get(key)
+        if got is None:
+            got = mem_cache[key] = estimate_memory(_job(req, lp, feats))
+        return got
+
     def kth_best() -> float:
         return -best[0][0] if len(best) >= k else float("inf")
 
     def note_miss(over: float, job: Job, lp: LayoutPoint, precision: str) -> None:
-        heapq.heappush(closest, (-over, layouts, job))
+        heapq.heappush(closest, (-over, next(tie), job))
         if len(closest) > 5:
             heapq.heappop(closest)
         if req.allow_offload:
@@ -244,36 +262,34 @@ def plan(req: PlanRequest) -> PlanResult:
         any_ok = False
         lk = lp.key()
         for disp in _dispatcher_variants(req, lp):
-            for ov in _overlap_variants(req, lp, rec):
-                for gr in _graph_variants(req, rec):
+            for gr in _graph_variants(req, rec):
+                mem = None
+                for ov in _overlap_variants(req, lp, rec):
                     feats = base.model_copy(update={**disp, **ov, **gr})
-                    job = _job(req, lp, feats)
                     searched += 1
-                    mem = estimate_memory(job)
-                    if not _fits(mem, capacity, headroom)[0]:
-                        continue
+                    if mem is None:
+                        mem = memory_of(lp, feats)
+                        fits = _fits(mem, capacity, headroom)[0]
+                    if not fits:
+                        break
+                    job = _job(req, lp, feats)
                     t = estimate_time(job)
+                    feasible += 1
+                    any_ok = True
                     prev = best_by_layout.get(lk)
                     # the checker runs only where the result could matter: a new best for this layout that can
                     # still enter the reported top-K (every reported candidate has passed it)
                     if prev is not None and t.step_time_s >= prev.step_time_s:
-                        feasible += 1
-                        any_ok = True
                         continue
                     if t.step_time_s > kth_best() and not req.exact_ranking:
-                        feasible += 1
-                        any_ok = True
                         continue
                     findings = check_job(job)
                     if any(str(f.severity).startswith("error") for f in findings):
                         rejected += 1
                         continue
-                    feasible += 1
-                    any_ok = True
                     c = Candidate(job, lp, mem, t, findings, rank)
-                    if prev is None or c.sort_key() < prev.sort_key():
-                        best_by_layout[lk] = c
-                        per_layout[lk] = t.step_time_s
+                    best_by_layout[lk] = c
+                    per_layout[lk] = t.step_time_s
                     if prev is None:
                         heapq.heappush(best, (-t.step_time_s, searched))
                         if len(best) > k:
@@ -285,11 +301,13 @@ def plan(req: PlanRequest) -> PlanResult:
         return any_ok
 
     floor_rank, floor_rec = rec_opts[-1]
+    # pass 1: model-state floor, then one priced base job per surviving layout
+    queue: list[tuple[float, int, LayoutPoint, str]] = []
     for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, limits):
         layouts += 1
         for precision in req.precisions:
             base = base_features(precision, lp)
-            # 1. model state (weights + grads + optimizer) alone: no activation feature can go below it
+            # model state (weights + grads + optimizer) alone: no activation feature can go below it
             skey = (precision, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
             if skey not in state_cache:
                 state_cache[skey] = max(weight_and_optimizer_bytes(_job(req, lp, base))) / GiB
@@ -298,26 +316,33 @@ def plan(req: PlanRequest) -> PlanResult:
                 pruned_mem += 1
                 note_miss(over, _job(req, lp, base.model_copy(update=floor_rec)), lp, precision)
                 continue
-            # 2. the walls no enumerated variant can shorten bound every variant of this layout from below
-            if len(best) >= k:
-                tb = estimate_time(_job(req, lp, base))
-                if variant_floor(tb) > kth_best():
-                    pruned_bound += 1
+            floor = variant_floor(estimate_time(_job(req, lp, base)))
+            queue.append((floor, len(queue), lp, precision))
+    # pass 2: best-first by the variant floor
+    queue.sort(key=lambda x: (x[0], x[1]))
+    for i, (floor, _, lp, precision) in enumerate(queue):
+        if floor > kth_best():
+            pruned_bound += len(queue) - i
+            break
+        base = base_features(precision, lp)
+        # the most memory-saving recompute allowed (pruning proof: see module docstring)
+        floor_job = _job(req, lp, base.model_copy(update=floor_rec))
+        ok, over = _fits(memory_of(lp, floor_job.features), capacity, headroom)
+        if not ok:
+            pruned_mem += 1
+            note_miss(over, floor_job, lp, precision)
+            continue
+        for rank, rec in rec_opts:
+            if rank != floor_rank:
+                if not _fits(memory_of(lp, base.model_copy(update=rec)), capacity, headroom)[0]:
                     continue
-            # 3. the most memory-saving recompute allowed (pruning proof: see module docstring)
-            floor_job = _job(req, lp, base.model_copy(update=floor_rec))
-            ok, over = _fits(estimate_memory(floor_job), capacity, headroom)
-            if not ok:
-                pruned_mem += 1
-                note_miss(over, floor_job, lp, precision)
-                continue
-            for rank, rec in rec_opts:
-                if rank != floor_rank:
-                    mem = estimate_memory(_job(req, lp, base.model_copy(update=rec)))
-                    if not _fits(mem, capacity, headroom)[0]:
-                        continue
-                if consider(lp, precision, rank, rec):
-                    break  # least recompute that fits wins; more recompute only adds time
+            if rank and len(best) >= k:
+                # recompute adds to the invariant walls: re-bound before pricing this layout's variants
+                if variant_floor(estimate_time(_job(req, lp, base.model_copy(update=rec)))) > kth_best():
+                    pruned_bound += 1
+                    break
+            if consider(lp, precision, rank, rec):
+                break  # least recompute that fits wins; more recompute only adds time
     notes: list[str] = []
     if not best_by_layout and req.allow_offload and offload_queue:
         notes.append("no layout fits without offloading; tried fine-grained activation and optimizer CPU offload "
