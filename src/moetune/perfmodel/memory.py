@@ -34,7 +34,7 @@ from moetune.perfmodel.params import (
     mtp_block_params,
     mtp_extra_params,
 )
-from moetune.perfmodel.runtime_tail import GIB, runtime_tail
+from moetune.perfmodel.runtime_tail import GIB, tail_builder
 from moetune.spec.job import Job
 from moetune.spec.model import ModelArch
 from moetune.spec.pipeline import PipelineRank, pipeline_stages
@@ -188,6 +188,12 @@ def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, tup
     return _rank_params_cached(job.model, job.layout, rank.pp_rank)
 
 
+@lru_cache(maxsize=2048)
+def _all_rank_params(m: ModelArch, lay) -> tuple[tuple[float, float, float, tuple[float, ...]], ...]:
+    """:func:`_rank_params` of every PP rank of the layout, in rank order."""
+    return tuple(_rank_params_cached(m, lay, r.pp_rank) for r in _stages(m, lay))
+
+
 @lru_cache(maxsize=16384)
 def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, float, tuple[float, ...]]:
     rank = _stages(m, lay)[pp_rank]
@@ -220,11 +226,16 @@ def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, 
     return dense, expert, lin, tuple(per_chunk)
 
 
-def _model_state(job: Job, dense: float, expert: float, lin: float, largest_layer: float) -> dict[str, float]:
-    """Bytes of weights, grads, optimizer state (and FP8 weight caches / FSDP buffers) on one rank."""
+def _model_state(job: Job, dense: float, expert: float, lin: float, largest_layer: float,
+                 per_job: tuple[StateBytes, int, int] | None = None) -> dict[str, float]:
+    """Bytes of weights, grads, optimizer state (and FP8 weight caches / FSDP buffers) on one rank.
+    ``per_job`` = (:func:`state_bytes`, *:func:`shard_sizes`) of the job when the caller already has them."""
     f = job.features
-    sb = state_bytes(job)
-    s_dense, s_exp = shard_sizes(job)
+    if per_job is None:
+        sb = state_bytes(job)
+        s_dense, s_exp = shard_sizes(job)
+    else:
+        sb, s_dense, s_exp = per_job
     out: dict[str, float] = {}
     if f.use_megatron_fsdp:
         strat = f.data_parallel_sharding_strategy
@@ -361,6 +372,35 @@ def _rank_activation_table(m: ModelArch, lay, f, cfg: act.ActConfig, vocab_padde
     return tuple(saved), tuple(graphed), trans, resident
 
 
+def _features_key(f) -> tuple:
+    """The Features fields that :func:`_chunk_activation_of` reads (its memo key)."""
+    return (_graph_scope(f), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
+            f.cpu_offloading_num_layers if f.cpu_offloading else 0)
+
+
+@lru_cache(maxsize=2048)
+def _chunk_signatures(m: ModelArch, lay) -> tuple[tuple[tuple, ...], ...]:
+    """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on."""
+    return tuple(tuple((tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers,
+                        ch.embedding, ch.loss) for ch in rank.chunks) for rank in _stages(m, lay))
+
+
+@lru_cache(maxsize=8192)
+def _activation_tables(m: ModelArch, lay, fkey: tuple, cfg: act.ActConfig, vocab_padded: int) -> tuple:
+    """:func:`_rank_activation_table` for every PP rank at once, keyed on the features' activation key (what the
+    chunks read) rather than the whole Features, plus the saved / graphed columns as arrays."""
+    out = []
+    for sigs in _chunk_signatures(m, lay):
+        saved, graphed, trans, resident = [], [], 0.0, 0.0
+        for sig in sigs:
+            s, g, t, r = _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
+            saved.append(s - g)
+            graphed.append(g)
+            trans, resident = max(trans, t), max(resident, r)
+        out.append((tuple(saved), np.asarray(saved), np.asarray(graphed) if any(graphed) else None, trans, resident))
+    return tuple(out)
+
+
 def _chunk_activation(m: ModelArch, f, cfg: act.ActConfig, ch, vocab_padded: int
                       ) -> tuple[float, float, float, float]:
     """(saved bytes per microbatch, of which inside CUDA graphs, transient bytes, offload-resident bytes).
@@ -471,16 +511,19 @@ def estimate_memory(job: Job) -> MemoryEstimate:
         largest_layer = max(sum(_layer_split(m, a, b, lay.tp, lay.ep, lay.expert_tp)[:2])
                             for a, b in zip(m.mixer_pattern, m.mlp_pattern, strict=True))
     out: list[StageMemory] = []
+    per_job = (state_bytes(job), *shard_sizes(job))
+    tables = _activation_tables(m, lay, _features_key(f), cfg, vocab_padded)
+    params = _all_rank_params(m, lay)
+    tail_of = tail_builder(job)
     for rank in stages:
-        dense, expert, lin, per_chunk_params = _rank_params(job, rank)
-        comps = _model_state(job, dense, expert, lin, largest_layer)
-        chunk_saved, chunk_graphed, chunk_trans, resident = _rank_activation_table(
-            m, lay, f, cfg, vocab_padded, rank.pp_rank)
+        dense, expert, lin, per_chunk_params = params[rank.pp_rank]
+        comps = _model_state(job, dense, expert, lin, largest_layer, per_job)
+        chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = tables[rank.pp_rank]
         states = _inflight_array(lay.pp, vpp, nmb, rank.pp_rank)
-        totals = states @ np.asarray(chunk_saved)
+        totals = states @ saved_arr
         i_best = int(np.argmax(totals))  # first maximum, in the sorted order of inflight_states
-        best, best_state = float(totals[i_best]), tuple(int(x) for x in states[i_best])
-        best_graphed = max(0.0, float((states @ np.asarray(chunk_graphed)).max()))
+        best, best_state = float(totals[i_best]), inflight_states(lay.pp, vpp, nmb, rank.pp_rank)[i_best]
+        best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
         static = sum(comps.values())
         working = chunk_trans + resident
         graphed_io = _graphed_io_bytes(job, cfg, rank, sum(best_state))
@@ -494,7 +537,7 @@ def estimate_memory(job: Job) -> MemoryEstimate:
         if graphed_io:
             comps["cuda_graph_static_io"] = graphed_io
         alloc_bytes = static + dyn
-        tail = runtime_tail(job, activation_peak_bytes=best + best_graphed, allocated_peak_bytes=alloc_bytes)
+        tail = tail_of(best + best_graphed, alloc_bytes)
         comp_gib = {k: v / GIB for k, v in comps.items()}
         if best_graphed:
             # capture-phase peak of the graphed part (reported; the allocated peak takes the larger phase)

@@ -74,32 +74,58 @@ def runtime_tail(job: Job, *, activation_peak_bytes: float, allocated_peak_bytes
     """All tail items for one rank. ``activation_peak_bytes`` / ``allocated_peak_bytes`` size the full-iteration
     graph pool and the fragmentation. (Static buffers of CUDA-graphed modules are part of the allocated peak and are
     computed with the activations, in :mod:`moetune.perfmodel.memory`.)"""
+    return tail_builder(job)(activation_peak_bytes, allocated_peak_bytes)
+
+
+def tail_builder(job: Job):
+    """:func:`runtime_tail` split into its per-job part (computed here, once) and its per-rank part (the returned
+    function of ``(activation_peak_bytes, allocated_peak_bytes)``), so a caller looping over PP ranks does the per-job
+    work once. Items, values and order are those of :func:`runtime_tail`."""
     f = job.features
-    tail = RuntimeTail()
-    tail.add("library_workspaces", const("library_workspaces_gib"), "allocated",
-             "cuBLAS + TE cuBLASLt workspaces and small persistent buffers (catalog library_workspaces_gib)")
-    if f.cuda_graph_impl != "none":
-        if "full_iteration" in f.cuda_graph_scope:
-            tail.add("cuda_graph_pool", (const("cuda_graph_full_iteration_factor") - 1.0) * activation_peak_bytes
-                     / GIB, "reserved", "full-iteration CUDA graph private pool: 1.5x the activation peak (S:cg)")
+    lib = TailItem("library_workspaces", const("library_workspaces_gib"), "allocated",
+                   "cuBLAS + TE cuBLASLt workspaces and small persistent buffers (catalog library_workspaces_gib)")
+    pool_factor = None
+    if f.cuda_graph_impl != "none" and "full_iteration" in f.cuda_graph_scope:
+        pool_factor = const("cuda_graph_full_iteration_factor") - 1.0
     frac = const("fragmentation_fraction")["expandable_segments" if f.expandable_segments else "default"]
-    tail.add("fragmentation", frac * allocated_peak_bytes / GIB, "reserved",
-             f"allocator fragmentation {frac:.0%} of the allocated peak "
-             f"({'with' if f.expandable_segments else 'without'} expandable_segments)")
-    tail.add("cuda_context", const("cuda_context_gib"), "non_torch", "CUDA context + kernel images (not in torch stats)")
+    frag_text = (f"allocator fragmentation {frac:.0%} of the allocated peak "
+                 f"({'with' if f.expandable_segments else 'without'} expandable_segments)")
+    after: list[TailItem] = []
+    ctx = const("cuda_context_gib")
+    if ctx > 0:
+        after.append(TailItem("cuda_context", ctx, "non_torch", "CUDA context + kernel images (not in torch stats)"))
     comms = communicators(job)
     nccl = len(comms) * const("nccl_mib_per_communicator") * MIB / GIB
-    tail.add("nccl_buffers", nccl, "non_torch",
-             f"NCCL buffers for {len(comms)} communicators ({', '.join(f'{k}={v}' for k, v in comms.items())}), "
-             f"{const('nccl_mib_per_communicator')} MiB each")
+    if nccl > 0:
+        after.append(TailItem(
+            "nccl_buffers", nccl, "non_torch",
+            f"NCCL buffers for {len(comms)} communicators ({', '.join(f'{k}={v}' for k, v in comms.items())}), "
+            f"{const('nccl_mib_per_communicator')} MiB each"))
     if f.moe_token_dispatcher_type == "flex" and job.model.is_moe and job.layout.ep > 1:
         ep_span = job.layout.ep * job.layout.expert_tp
         internode = ep_span > job.system.nvlink_domain
         if (f.moe_flex_dispatcher_backend or "deepep") == "hybridep":
-            tail.add("hybridep_buffers", const("hybridep_buffer_gib"), "non_torch",
-                     "HybridEP dispatch/combine buffers (catalog hybridep_buffer_gib)")
+            item = TailItem("hybridep_buffers", const("hybridep_buffer_gib"), "non_torch",
+                            "HybridEP dispatch/combine buffers (catalog hybridep_buffer_gib)")
         else:
-            gib = const("deepep_buffer_gib")["internode" if internode else "intranode"]
-            tail.add("deepep_buffers", gib, "non_torch",
-                     f"DeepEP NVL{' + RDMA' if internode else ''} buffers (catalog deepep_buffer_gib)")
-    return tail
+            item = TailItem("deepep_buffers", const("deepep_buffer_gib")["internode" if internode else "intranode"],
+                            "non_torch",
+                            f"DeepEP NVL{' + RDMA' if internode else ''} buffers (catalog deepep_buffer_gib)")
+        if item.gib > 0:
+            after.append(item)
+    head = [lib] if lib.gib > 0 else []
+
+    def build(activation_peak_bytes: float, allocated_peak_bytes: float) -> RuntimeTail:
+        items = list(head)
+        if pool_factor is not None:
+            pool = pool_factor * activation_peak_bytes / GIB
+            if pool > 0:
+                items.append(TailItem("cuda_graph_pool", pool, "reserved", "full-iteration CUDA graph private pool: "
+                                      "1.5x the activation peak (S:cg)"))
+        fr = frac * allocated_peak_bytes / GIB
+        if fr > 0:
+            items.append(TailItem("fragmentation", fr, "reserved", frag_text))
+        items.extend(after)
+        return RuntimeTail(items)
+
+    return build
