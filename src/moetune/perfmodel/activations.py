@@ -33,7 +33,7 @@ All functions take plain hashable arguments and are cached (the planner calls th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from moetune.catalog.memory_constants import const
@@ -103,6 +103,14 @@ class ActConfig:
     ep: int = 1
     allgather_dispatcher: bool = False
     te_cross_entropy: bool = False
+    #: hash of the fields, computed once (the config is a key of many caches; not a field of equality)
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f) for f in _ACT_FIELDS)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def tokens(self) -> float:
@@ -113,6 +121,9 @@ class ActConfig:
     def tokens_sp(self) -> float:
         """Tokens in sequence-parallel regions (norms, residual, router, dispatcher input)."""
         return self.tokens / self.tp if (self.sp and self.tp > 1) else self.tokens
+
+
+_ACT_FIELDS = tuple(f for f in ActConfig.__dataclass_fields__ if f != "_hash")
 
 
 def _lin_bytes(cfg: ActConfig) -> int:
@@ -339,4 +350,4 @@ def mtp_extra_bytes(model: ModelArch, cfg: ActConfig, padded_vocab: int) -> floa
 
 
 def _asdict(cfg: ActConfig) -> dict:
-    return {f: getattr(cfg, f) for f in cfg.__dataclass_fields__}
+    return {f: getattr(cfg, f) for f in _ACT_FIELDS}

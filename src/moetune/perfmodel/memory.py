@@ -295,7 +295,7 @@ def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConf
     if f.recompute_granularity == "selective" and not f.recompute_modules:
         rec = frozenset({"core_attn"})  # MCore default module list
     off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
-    return act.ActConfig(
+    return _interned_act_config(
         seq=job.seq_length, mbs=job.micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
         sp=bool(f.sequence_parallel and lay.tp > 1), fp8=f.precision in FP8_PRECISIONS,
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
@@ -303,6 +303,20 @@ def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConf
         ep=lay.ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
     )
+
+
+_ACT_CONFIGS: dict[tuple, act.ActConfig] = {}
+
+
+def _interned_act_config(**kw) -> act.ActConfig:
+    """One :class:`ActConfig` instance per distinct value, so cache lookups keyed on it compare by identity."""
+    key = tuple(kw.items())
+    cfg = _ACT_CONFIGS.get(key)
+    if cfg is None:
+        if len(_ACT_CONFIGS) >= 65536:
+            _ACT_CONFIGS.clear()
+        cfg = _ACT_CONFIGS[key] = act.ActConfig(**kw)
+    return cfg
 
 
 @lru_cache(maxsize=4096)
