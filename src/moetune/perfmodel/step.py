@@ -326,14 +326,21 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
 _TYPE_CACHE: dict[tuple, tuple[Any, LayerType]] = {}
 
 
-def _cached_layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
+def _layer_type_key_rest(job: Job, consts: dict) -> tuple:
+    """The part of :func:`_cached_layer_type`'s key that does not depend on the layer (same for a whole job)."""
     lay, feat = job.layout, job.features
-    key = (_model_key(job.model), job.model.mixer_pattern[i], job.model.mlp_pattern[i], quant, job.seq_length,
-           job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.precision,
-           feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend, feat.sequence_parallel,
-           feat.cp_comm_type, feat.cuda_graph_impl, feat.cuda_graph_scope, feat.moe_expert_capacity_factor,
-           feat.tp_comm_overlap, feat.attention_backend, feat.moe_router_force_load_balancing,
-           feat.moe_routing_imbalance, feat.moe_pad_expert_input_to_capacity, id(consts))
+    return (job.seq_length,
+            job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.precision,
+            feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend, feat.sequence_parallel,
+            feat.cp_comm_type, feat.cuda_graph_impl, feat.cuda_graph_scope, feat.moe_expert_capacity_factor,
+            feat.tp_comm_overlap, feat.attention_backend, feat.moe_router_force_load_balancing,
+            feat.moe_routing_imbalance, feat.moe_pad_expert_input_to_capacity, id(consts))
+
+
+def _cached_layer_type(job: Job, i: int, quant: bool, consts: dict, rest: tuple | None = None) -> LayerType:
+    if rest is None:
+        rest = _layer_type_key_rest(job, consts)
+    key = (_model_key(job.model), job.model.mixer_pattern[i], job.model.mlp_pattern[i], quant, *rest)
     hit = _TYPE_CACHE.get(key)
     if hit is not None:
         return hit[1]
@@ -474,11 +481,12 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     t_a = seq * job.micro_batch_size / lay.cp
     tp = lay.tp
     vpad = model.padded_vocab_size(tp)
+    key_rest = _layer_type_key_rest(job, consts)
     for p, ids in enumerate(layers_per_rank):
         st = StageWork()
         kinds, dense_p, exp_p = _stage_summary(model, tuple(ids), mtp[p], quant_on, frozenset(bf16_layers))
         for (i, quant), n in kinds.items():
-            lt = _cached_layer_type(job, i, quant, consts)
+            lt = _cached_layer_type(job, i, quant, consts, key_rest)
             types[lt.key] = lt
             st.layer_counts[lt.key] = st.layer_counts.get(lt.key, 0.0) + n
         st.layers = len(ids) + mtp[p]
@@ -595,6 +603,10 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
     }
 
 
+#: per-layer-type prices, keyed on (id of the LayerType, every other input of the pricing); values are read only
+_PRICED_CACHE: dict[tuple, tuple[Any, dict[str, float]]] = {}
+
+
 def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     """Seconds per wall for a profile (see module doc); plain dict, no pydantic (hot path of the fit/planner)."""
     job = prof.job
@@ -613,7 +625,18 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     sm_frac = n_sms / job.system.gpu.sm_count
     splits = consts["tp_overlap_splits"]
     tp_overlap = feat.tp_comm_overlap and lay.tp > 1 and feat.sequence_parallel
+    tp_sms = consts["tp_overlap_sms"]
+    graph_launch_us, host_sync_us = consts["graph_launch_us"], consts["host_sync_us"]
+    sm_count = job.system.gpu.sm_count
+    # everything the per-type pricing below reads besides the layer type itself (memo key, exact values)
+    pkey = (tuple(r.values()), tuple(prof.recompute_frac.items()), prof.full_recompute_frac, prof.recompute_a2a,
+            lay.tp, lay.cp, tp_busbw, cp_busbw, tp_overlap, splits, tp_sms, sm_count, feat.cp_comm_type,
+            graph_launch_us, host_sync_us)
     for key, lt in prof.types.items():
+        hit = _PRICED_CACHE.get((id(lt), pkey))
+        if hit is not None and hit[0] is lt:
+            priced[key] = hit[1]
+            continue
         g, a, e, rec, g_tp, g_exp = _price(lt.work, r, prof.recompute_frac, prof.full_recompute_frac)
         comp = 3 * (g + a + e)  # fwd + bwd (dgrad + wgrad ≈ 2× fwd; attention bwd counted as 2× fwd FLOPs)
         tp_comm = 2 * C.ring_seconds(lt.tp_bytes, lay.tp, tp_busbw) if lay.tp > 1 else 0.0
@@ -631,6 +654,9 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
                        "host": H.host_seconds(lt.launches, launch_us=r["launch_us"],
                                               graph_launch_us=consts["graph_launch_us"]),
                        "sync": lt.launches.syncs * consts["host_sync_us"] * 1e-6}
+        if len(_PRICED_CACHE) > 50000:
+            _PRICED_CACHE.clear()
+        _PRICED_CACHE[(id(lt), pkey)] = (lt, priced[key])  # holds lt, so its id is not reused while cached
     stage_walls: list[dict[str, float]] = []
     ep_overlap = feat.overlap_moe_expert_parallel_comm and lay.ep > 1
     for st in prof.stages:
