@@ -812,9 +812,7 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     pk = K.peak_key(prof.pcls)
     mfu = {"vs_bf16_peak": tflops / gpu.peak_tflops["bf16"],
            "vs_precision_peak": tflops / gpu.peak_tflops.get(pk, gpu.peak_tflops["bf16"])}
-    # plain floats built here, so the per-wall models skip validation (same values and types as validated ones)
-    walls = {k: Wall.model_construct(seconds=float(res["walls"][k]),
-                                     share=float(res["walls"][k] / step) if step else 0.0) for k in WALL_ORDER}
+    walls = {k: Wall(seconds=res["walls"][k], share=res["walls"][k] / step if step else 0.0) for k in WALL_ORDER}
     dominant = max(WALL_ORDER, key=lambda k: res["walls"][k])
     assumptions = list(prof.assumptions)
     assumptions.append(f"efficiency parameters: {eff.origin}")
