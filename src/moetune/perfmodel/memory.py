@@ -487,8 +487,16 @@ def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight
     m = job.model
     hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
     router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
+    per_mb = _graphed_io_per_microbatch(m, job.layout, scope, hid, router_out, rank.pp_rank)
+    return const("cuda_graph_static_io_factor") * per_mb * max(1, inflight_total) if f.cuda_graph_impl else 0.0
+
+
+@lru_cache(maxsize=16384)
+def _graphed_io_per_microbatch(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float,
+                               pp_rank: int) -> float:
+    """Per-microbatch static graph I/O bytes of one PP rank (the sum in :func:`_graphed_io_bytes`), memoised."""
     per_mb = 0.0
-    for i in rank.layers:
+    for i in _stages(m, lay)[pp_rank].layers:
         mx, ml = m.mixer_pattern[i], m.mlp_pattern[i]
         if ("attn" in scope and mx in "AW") or ("mamba" in scope and mx in "MG"):
             per_mb += 2 * hid
@@ -499,7 +507,7 @@ def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight
                 per_mb += 2 * hid
             elif {"moe_router", "moe_preprocess"} & scope:
                 per_mb += hid + router_out
-    return const("cuda_graph_static_io_factor") * per_mb * max(1, inflight_total) if f.cuda_graph_impl else 0.0
+    return per_mb
 
 
 # --------------------------------------------------------------------------------------------------------------
