@@ -178,35 +178,38 @@ def _impossible(res, json_out: bool) -> None:
 
 
 def _render(out: dict[str, Any]) -> None:
-    from rich.table import Table
-
     req = out["request"]
     console.print(f"[bold]moetune plan[/] {req['model']} on {req['gpus']} x {req['system']}, GBS {req['gbs']}, "
                   f"seq {req['seq']}, {','.join(req['precisions'])}")
     console.print(f"searched {out['searched']} configs over {out['layouts']} layouts in {out['seconds']} s; "
                   f"{out['feasible']} feasible ({out['headroom_policy']})")
-    t = Table(show_lines=False)
-    for col in ("#", "attention mesh", "MoE mesh", "VPP", "MBS", "recompute", "dispatcher", "overlap", "graphs",
-                "peak GiB", "step s", "tok/s/GPU", "TFLOP/s", "MFU", "dominant"):
-        t.add_column(col)
     for i, c in enumerate(out["candidates"]):
         lay, f, m, tm = c["layout"], c["features"], c["memory"], c["time"]
-        rec = f.get("recompute_granularity") or "-"
+        layout = f"TP{lay['tp']} PP{lay['pp']}" + (f" VPP{lay['vpp']}" if lay["vpp"] > 1 else "") + \
+            f" CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']} DP{lay['dp']} EDP{lay['edp']} MBS{lay['mbs']}"
+        rec = f.get("recompute_granularity") or ""
         if rec == "selective":
-            rec = "+".join(f.get("recompute_modules") or [])
-        disp = f["moe_token_dispatcher_type"] + (f"/{f['moe_flex_dispatcher_backend']}"
-                                                 if f.get("moe_flex_dispatcher_backend") else "")
-        ov = ("EP" if f.get("overlap_moe_expert_parallel_comm") else "-") + (
-            "+dW" if f.get("delay_wgrad_compute") else "")
-        gr = ",".join(f.get("cuda_graph_scope") or []) or "-"
-        mfu = tm.get("mfu")
-        mfu_s = f"{100 * (mfu.get('vs_bf16_peak', 0) if isinstance(mfu, dict) else (mfu or 0)):.1f}%"
-        t.add_row(str(i + 1), lay["attention_mesh"], lay["moe_mesh"], str(lay["vpp"]), str(lay["mbs"]), rec, disp,
-                  ov, gr, f"{m.get('peak_allocated_gib', 0):.1f}", f"{tm['step_time_s']:.3f}",
-                  f"{tm['tokens_per_s_per_gpu']:.0f}", f"{tm['model_tflops_per_gpu']:.0f}", mfu_s,
-                  str(tm.get("dominant_wall")))
-    console.print(t)
+            rec = "recompute " + "+".join(f.get("recompute_modules") or [])
+        elif rec == "full":
+            rec = "full recompute"
+        parts = [f["moe_token_dispatcher_type"] + (f"/{f['moe_flex_dispatcher_backend']}"
+                                                   if f.get("moe_flex_dispatcher_backend") else ""), rec]
+        if f.get("overlap_moe_expert_parallel_comm"):
+            parts.append("EP overlap" + (" + delayed wgrad" if f.get("delay_wgrad_compute") else ""))
+        if f.get("cuda_graph_scope"):
+            parts.append("graphs " + ",".join(f["cuda_graph_scope"]))
+        if f.get("fine_grained_activation_offloading") or f.get("optimizer_cpu_offload"):
+            parts.append("offload")
+        console.print(f"[bold]#{i + 1}[/] {layout}  {tm['step_time_s']:.2f} s/step  "
+                      f"{tm['model_tflops_per_gpu']:.0f} TFLOP/s/GPU  {m.get('peak_allocated_gib', 0):.1f} GiB  "
+                      f"wall: {tm.get('dominant_wall')}", soft_wrap=False)
+        console.print("    " + ", ".join(p for p in parts if p), markup=False)
     best = out["candidates"][0]
+    bl, bt = best["layout"], best["time"]
+    mfu = bt.get("mfu") or {}
+    console.print(f"#1 meshes: Attention {bl['attention_mesh']} | MoE {bl['moe_mesh']}; "
+                  f"{bl['num_microbatches']} microbatches; {bt['tokens_per_s_per_gpu']:.0f} tokens/s/GPU; "
+                  f"MFU {100 * mfu.get('vs_bf16_peak', 0):.1f}% of BF16 peak", markup=False)
     why = best.get("why")
     if why:
         terms = ", ".join(f"{x['term']} {x['delta_s']:+.3f}s" for x in why["largest_terms"])

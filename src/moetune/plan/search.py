@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
-from moetune.spec.features import Features
+from moetune.spec.features import BRIDGE_MIXED_PRECISION, Features
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
@@ -101,8 +101,14 @@ class PlanResult:
 
 
 def _base_features(model: ModelArch, precision: str, lp: LayoutPoint) -> Features:
+    """Library defaults plus what the Bridge ``mixed_precision`` recipe of ``precision`` sets (FP8 param gather for
+    the current-scaling and MXFP8 recipes), SP with TP > 1, expandable segments (the launch output sets it)."""
+    from moetune.rules.effective import resolve_mixed_precision
+
+    recipe = resolve_mixed_precision(BRIDGE_MIXED_PRECISION[precision]) or {}
     return Features(
         precision=precision,
+        fp8_param_gather=bool(recipe.get("fp8_param_gather")),
         sequence_parallel=lp.tp > 1,
         moe_token_dispatcher_type="alltoall" if model.is_moe else "alltoall",
         moe_router_force_load_balancing=False,
