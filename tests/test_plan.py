@@ -109,3 +109,14 @@ def test_bad_fix_is_one_line_error(cli):
     r = cli("plan", "--model", "OLMoE-1B-7B", "--gpus", "8", "--fix", "tp=two")
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "tp" in r.stderr
+
+
+def test_mxfp8_on_blackwell_has_candidates_that_pass_check():
+    """Regression: the base features must follow Bridge's bf16_with_mxfp8_mixed recipe (FP8 param gather), or the
+    checker rejects every MXFP8 candidate (PRC-015)."""
+    res = plan(_req(model=get_model("Qwen3-30B-A3B"), system=get_system("GB200-NVL72"), gpus=8,
+                    global_batch_size=64, precisions=("mxfp8",), fix={"ep": 8}, top=2))
+    assert res.candidates
+    for c in res.candidates:
+        assert c.job.features.precision == "mxfp8" and c.job.features.fp8_param_gather
+        assert not _errors(check_config(job_to_config(c.job)))
