@@ -25,15 +25,17 @@ CSV = SHARED / "data" / "perf" / "mbridge_perf_calibration.csv"
 
 
 def _int(x: str, default: int | None = None) -> int | None:
-    x = (x or "").strip()
+    """A table cell as int; '1 (2)' cells (the table's alternate-precision variant in brackets) give the first."""
+    x = (x or "").strip().split("(")[0].strip()
     return int(float(x)) if x and x.lower() not in ("n/a", "na", "none", "-") else default
 
 
 def _precision(label: str) -> str:
-    label = label.strip()
-    if "(" in label:  # 'FP8-CS (FP8-MX)': the table's label, the recipe ran the one in brackets
-        label = label.split("(")[1].rstrip(")")
-    return parse_precision(label or "bf16")
+    """The row's primary precision: 'FP8-CS (FP8-MX)' is FP8-CS, its bracketed variant has bracketed cells."""
+    label = label.strip().split("(")[0].strip()
+    if not label:
+        raise MoetuneError("precision not given in the table")
+    return parse_precision(label)
 
 
 def main(limit: int | None = None) -> None:
@@ -72,6 +74,8 @@ def main(limit: int | None = None) -> None:
         ok = rank <= 10 or within <= 0.05
         out.append((r, {"rank": rank, "pub_t": pub_t, "best_t": best, "gap": within, "ok": ok,
                         "top1": full.candidates[0].job.layout.short() if full.candidates else "-"}, ""))
+        print(f"progress: {len(out)} rows; last {r['model']} {r['system']} {gpus} {r['precision']} rank {rank} "
+              f"gap {100 * within:.1f}%", file=sys.stderr, flush=True)
         if limit and len(out) >= limit:
             break
     print(f"{'model':<22} {'system':<10} {'GPUs':>5} {'prec':<7} {'published layout':<28} {'rank':>5} "
