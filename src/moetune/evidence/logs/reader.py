@@ -298,16 +298,20 @@ class _Parser:
         self._signal(line_no, kind, body, rank)
 
     # ---------------------------------------------------------------- driver
+    def _nccl_info(self, line_no: int, line: bytes) -> None:
+        """NCCL_DEBUG=INFO chatter: only connection-closed and version lines matter."""
+        if b"Connection closed by localRank" in line:
+            self._capped(line_no, "nccl_connection_closed", line)
+        elif b"NCCL version" in line:
+            self._version(line_no, line)
+        else:
+            self.rec.recognised_lines += 1
+
     def feed(self, line_no: int, line: bytes) -> None:
         """One line without its ``\\n``."""
         if self.pending is None and not self.block:
-            if b"NCCL INFO" in line:  # NCCL_DEBUG=INFO chatter: only a few of these lines matter
-                if b"Connection closed by localRank" in line:
-                    self._capped(line_no, "nccl_connection_closed", line)
-                elif b"NCCL version" in line:
-                    self._version(line_no, line)
-                else:
-                    self.rec.recognised_lines += 1
+            if b"NCCL INFO" in line:
+                self._nccl_info(line_no, line)
                 self.ring[line_no & _RING_MASK] = line
                 return
             if b"nan iterations" in line and self.shapes and self._fast_iteration(line_no, line):
@@ -479,13 +483,8 @@ class _Parser:
             if b"checkpoint" in line:
                 self._checkpoint(line_no, line)
                 return
-        if b"NCCL INFO" in line:  # NCCL_DEBUG=INFO chatter: only a few of these lines matter
-            if b"Connection closed by localRank" in line:
-                self._capped(line_no, "nccl_connection_closed", line)
-            elif b"NCCL version" in line:
-                self._version(line_no, line)
-            else:
-                self.rec.recognised_lines += 1
+        if b"NCCL INFO" in line:
+            self._nccl_info(line_no, line)
             return
         if b"Step Time" in line:
             m = P.STEP_TIME.search(line)
