@@ -322,11 +322,7 @@ class _Parser:
             # a timer line of a "(min, max) time across ranks" block (the general path below, without its checks)
             m = P.TIMER_MINMAX.match(line)
             if m:
-                raw = m.group(1)
-                name = self.timer_names.get(raw)
-                if name is None:
-                    name = self.timer_names[raw] = raw.decode("utf-8", "replace").strip()
-                self._timer(line_no, name, float(m.group(2)), float(m.group(3)))
+                self._timer_match(line_no, m)
                 self.ring[line_no & _RING_MASK] = line
                 return
         if b"\r" in line:  # CRLF endings; progress bars that overwrite themselves
@@ -794,17 +790,21 @@ class _Parser:
         self.rec.recognised_lines += 1
         return True
 
+    def _timer_match(self, line_no: int, m) -> None:
+        """Record a matched "(min, max) time across ranks" timer line (timer names decoded once per name)."""
+        raw = m.group(1)
+        name = self.timer_names.get(raw)
+        if name is None:
+            name = self.timer_names[raw] = raw.decode("utf-8", "replace").strip()
+        self._timer(line_no, name, float(m.group(2)), float(m.group(3)))
+
     def _continue_block(self, line_no: int, line: bytes) -> bool:
         body, _ = self._rank(line) if line[:1] != b" " else (line, None)
         kind = self.block
         if kind == "timers":
             m = P.TIMER_MINMAX.match(body)
             if m:
-                raw = m.group(1)
-                name = self.timer_names.get(raw)
-                if name is None:
-                    name = self.timer_names[raw] = raw.decode("utf-8", "replace").strip()
-                self._timer(line_no, name, float(m.group(2)), float(m.group(3)))
+                self._timer_match(line_no, m)
                 return True
             self.block = ""
             return False
