@@ -55,6 +55,8 @@ def main(limit: int | None = None) -> None:
                "ep": _int(r["ep"], 1), "mbs": _int(r["mbs"], 1)}
         if r.get("etp", "").strip():
             pub["etp"] = _int(r["etp"])
+        if _int(r.get("fsdp", ""), 0):  # the table's fsdp column: Megatron-FSDP over that many ranks
+            pub["fsdp"] = 1
         key = (model.name, system.name, gpus, gbs, seq, prec)
         if key not in seen:
             req = PlanRequest(model=model, system=system, gpus=gpus, global_batch_size=gbs, seq_length=seq,
@@ -92,8 +94,13 @@ def main(limit: int | None = None) -> None:
         n_ok += res["ok"]
         print(f"{r['model']:<22} {r['system']:<10} {r['num_gpus']:>5} {r['precision']:<7} {lay:<28} "
               f"{res['rank']:>5} {100 * res['gap']:>11.1f}% {'yes' if res['ok'] else 'no':>3}  {res['top1']}")
+    gaps = sorted(res["gap"] for _, res, _ in out if res is not None)
     print(f"\nrows evaluated: {n}; published layout in top 10 or within 5 % of top-1: {n_ok} "
           f"({100 * n_ok / max(n, 1):.0f} %; target >= 70 %)")
+    if gaps:
+        w10 = sum(1 for g in gaps if g <= 0.10)
+        print(f"feasible: {len(gaps)} of {n}; gap to top-1: median {100 * gaps[len(gaps) // 2]:.1f} %, "
+              f"within 10 %: {w10} ({100 * w10 / max(n, 1):.0f} % of rows)")
 
 
 if __name__ == "__main__":

@@ -13,12 +13,12 @@ DEFAULT = {"model": "DeepSeek-V3", "system": "DGX-H100", "gpus": 256, "gbs": 409
 
 
 def _parse_fix(text: str | None) -> dict[str, Any]:
-    """``tp=2,ep=64,vpp=4,recompute=full,pipeline_layout=...`` -> dict (ints where numeric)."""
+    """``tp=2,ep=64,vpp=4,recompute=full,fsdp=1,pipeline_layout=...`` -> dict (ints where numeric)."""
     out: dict[str, Any] = {}
     if not text:
         return out
     allowed = {"tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "pipeline_layout", "dispatcher",
-               "precision"}
+               "precision", "fsdp"}
     for part in text.split(","):
         if not part.strip():
             continue
@@ -31,6 +31,10 @@ def _parse_fix(text: str | None) -> dict[str, Any]:
             if not v.isdigit() or int(v) < 1:
                 raise InputError.bad_value(f"--fix {k}", v, "a positive integer")
             out[k] = int(v)
+        elif k == "fsdp":
+            if v.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+                raise InputError.bad_value("--fix fsdp", v, "1 (Megatron-FSDP) or 0 (distributed optimizer)")
+            out[k] = int(v.lower() in ("1", "true", "yes", "on"))
         else:
             out[k] = v
     return out

@@ -468,7 +468,9 @@ def job_to_config(job: Job) -> dict:
         "hidden_dropout": f.hidden_dropout, "attention_dropout": f.attention_dropout,
         "attention_backend": f.attention_backend, "transformer_impl": f.transformer_impl,
         "cross_entropy_loss_fusion": f.cross_entropy_loss_fusion,
-        "cross_entropy_fusion_impl": f.cross_entropy_fusion_impl, "gradient_accumulation_fusion": True,
+        "cross_entropy_fusion_impl": f.cross_entropy_fusion_impl,
+        # the Megatron-FSDP user guide requires --no-gradient-accumulation-fusion
+        "gradient_accumulation_fusion": not f.use_megatron_fsdp,
     })
     if job.model.is_moe:
         model.update({

@@ -252,7 +252,9 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
             d_in = float(model.moe_latent_size or h)  # latent MoE runs its experts at the latent width
             n_exp = f / (2 * d_in * k_top) / etp
             wl.gemm(t_gpu * f * load, m_exp, n_exp, d_in, groups=groups, quant=quant, tag="experts", layer=i)
-            cast_elems += k_top * d_in / etp
+            # FC1's input: after the dispatcher's all-gather over the expert-TP group every ETP rank holds ETP x
+            # the tokens at the full input width (Megatron-Core ``MoEAlltoAllTokenDispatcher``: gather over tp_ep)
+            cast_elems += k_top * d_in * etp
             n_quant += 2
         elif kind == "shared":
             wl.gemm(t_a * f / tp, m_tp, f / (2 * h) / tp, h, quant=quant, tag="shared", layer=i)
@@ -285,7 +287,8 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     elif mlp == "E":
         wl.mem(t_gpu * K.router_bytes(E, k_top), tag="router", layer=i)
         wl.mem(t_gpu * K.permute_bytes(h, k_top), tag="moe_perm", layer=i)
-        wl.mem(t_gpu * k_top * K.glu_bytes(model.moe_ffn_hidden_size or 0, model.gated_linear_unit, model.activation) / etp,
+        # ETP x the tokens at 1/ETP of the FFN width per ETP rank: the same activation elements as ETP = 1
+        wl.mem(t_gpu * k_top * K.glu_bytes(model.moe_ffn_hidden_size or 0, model.gated_linear_unit, model.activation),
                tag="moe_act", layer=i)
         if model.moe_shared_expert_intermediate_size:
             wl.mem(t_a * K.glu_bytes(model.moe_shared_expert_intermediate_size, model.gated_linear_unit,

@@ -23,7 +23,8 @@ TUNING_PREFIXES = ("pipeline_model_parallel_layout", "recompute", "fine_grained_
                    "offload_modules", "cpu_offloading", "moe_flex", "moe_router_force", "cuda_graph",
                    "use_te_rng_tracker", "overlap_", "delay_wgrad", "tp_comm_overlap", "moe_shared_expert_overlap",
                    "use_distributed_optimizer", "optimizer_cpu_offload", "optimizer_offload_fraction",
-                   "num_distributed_optimizer_instances", "use_precision_aware_optimizer", "use_megatron_fsdp")
+                   "num_distributed_optimizer_instances", "use_precision_aware_optimizer", "use_megatron_fsdp",
+                   "data_parallel_sharding_strategy")
 
 
 def launch_for(job: Job) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class PlanRequest:
     explore_graphs: bool = True
     explore_overlap: bool = True
     exact_ranking: bool = False  # check every layout's best variant (for ranking benches), not only the top-K
+    explore_fsdp: bool = True  # Megatron-FSDP (optim_grads_params) instead of the distributed optimizer, pure DP/EP
 
 
 @dataclass
@@ -100,17 +101,41 @@ class PlanResult:
 # helpers that build Jobs
 
 
-def _base_features(model: ModelArch, precision: str, lp: LayoutPoint) -> Features:
+def _state_modes(req: PlanRequest, lp: LayoutPoint) -> list[tuple[str, bool]]:
+    """(precision, Megatron-FSDP) pairs searched for a layout. Megatron-FSDP (``optim_grads_params``: weights, grads
+    and optimizer state sharded over DP) is enumerated where it replaces model parallelism - TP = CP = PP = 1, the
+    layouts of Bridge's FSDP perf recipes (Llama-3 70B/8B ``use_megatron_fsdp``); with TP or CP it would need
+    ``CUDA_DEVICE_MAX_CONNECTIONS`` both 1 (TP/SP ordering) and > 1 (FSDP streams, docs/rules.md FSDP-006)."""
+    pinned = req.fix.get("fsdp")
+    allowed = lp.tp == lp.cp == lp.pp == 1 and lp.dp > 1
+    if pinned is not None:
+        if int(pinned) and not allowed:
+            return []
+        fsdp = [bool(int(pinned))]
+    else:
+        fsdp = [False, True] if (req.explore_fsdp and allowed) else [False]
+    return [(p, f) for p in req.precisions for f in fsdp]
+
+
+def _base_features(model: ModelArch, precision: str, lp: LayoutPoint, fsdp: bool = False) -> Features:
     """Library defaults plus what the Bridge ``mixed_precision`` recipe of ``precision`` sets (FP8 param gather for
-    the current-scaling and MXFP8 recipes), SP with TP > 1, expandable segments (the launch output sets it)."""
+    the current-scaling and MXFP8 recipes), SP with TP > 1, expandable segments (the launch output sets it); with
+    ``fsdp`` the Megatron-FSDP settings of the Megatron-FSDP user guide (``--use-megatron-fsdp
+    --data-parallel-sharding-strategy optim_grads_params --use-distributed-optimizer``)."""
     from moetune.rules.effective import resolve_mixed_precision
 
     recipe = resolve_mixed_precision(BRIDGE_MIXED_PRECISION[precision]) or {}
-    return Features(
+    extra = {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params",
+             "use_distributed_optimizer": True} if fsdp else {}
+    return Features(**extra,
         precision=precision,
         fp8_param_gather=bool(recipe.get("fp8_param_gather")),
         sequence_parallel=lp.tp > 1,
-        moe_token_dispatcher_type="alltoall" if model.is_moe else "alltoall",
+        # TE userbuffers TP overlap as Bridge's perf recipes set it: on for dense models with TP > 1 (the
+        # ``userbuffers_*_tp{2,4,8}`` configs of megatron/bridge/training/comm_overlap.py), off in every MoE perf
+        # recipe (``comm_overlap.tp_comm_overlap: False`` in the DeepSeek/Kimi/Qwen3 MoE recipes)
+        tp_comm_overlap=lp.tp > 1 and not model.is_moe,
+        moe_token_dispatcher_type="alltoall",
         moe_router_force_load_balancing=False,
         expandable_segments=True,
     )
@@ -238,10 +263,10 @@ def plan(req: PlanRequest) -> PlanResult:
     tie = itertools.count()
     time_only = {f: False for f in TIME_ONLY_FEATURES}
 
-    def base_features(precision: str, lp: LayoutPoint) -> Features:
-        key = (precision, lp.tp > 1)
+    def base_features(mode: tuple[str, bool], lp: LayoutPoint) -> Features:
+        key = (mode, lp.tp > 1)
         if key not in base_cache:
-            base_cache[key] = _base_features(req.model, precision, lp)
+            base_cache[key] = _base_features(req.model, mode[0], lp, fsdp=mode[1])
         return base_cache[key]
 
     def memory_of(lp: LayoutPoint, feats: Features) -> Any:
@@ -311,7 +336,7 @@ def plan(req: PlanRequest) -> PlanResult:
     queue: list[tuple[float, int, LayoutPoint, str]] = []
     for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, limits):
         layouts += 1
-        for precision in req.precisions:
+        for precision in _state_modes(req, lp):  # (precision, Megatron-FSDP)
             base = base_features(precision, lp)
             # model state (weights + grads + optimizer) alone: no activation feature can go below it
             skey = (precision, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)

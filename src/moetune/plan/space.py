@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
@@ -84,40 +85,92 @@ def _pick(name: str, options: list[int], fix: dict) -> list[int]:
     return options
 
 
-def balanced_layout(num_layers: int, stages: int, mtp_layers: int) -> str | None:
-    """A Megatron ``pipeline_model_parallel_layout`` that spreads ``num_layers`` over ``stages`` virtual stages with
-    the embedding on the first stage and MTP + loss on the last, one fewer decoder layer on each edge stage when the
-    split is uneven (the `account_for_embedding/loss_in_pipeline_split` idea, MCore ``PipelineParallelLayerLayout``).
+def stage_weights(model: ModelArch, seq: int) -> tuple[tuple[float, ...], float, float]:
+    """Forward FLOPs per token that a pipeline stage takes on with each piece it holds: (per decoder layer, per MTP
+    depth incl. its output layer, output layer + loss). The embedding lookup is a gather (no FLOPs).
 
-    Returns None when every stage would get the same number of decoder layers and there is no MTP (the uniform
-    split needs no layout string).
+    Sources: :func:`moetune.perfmodel.flops.layer_flops` (router excluded, as in Bridge's model FLOPs),
+    :func:`~moetune.perfmodel.flops.mtp_depth_flops` and :func:`~moetune.perfmodel.flops.logits_flops` (one head
+    per output: the main one and one per MTP depth).
     """
-    if stages <= 1:
+    from moetune.perfmodel.flops import layer_flops, logits_flops, mtp_depth_flops
+
+    layers = tuple(sum(v for k, v in layer_flops(model, i, seq).items() if k != "router")
+                   for i in range(model.num_layers))
+    head = logits_flops(model) / (1 + model.mtp_num_layers)
+    mtp = sum(mtp_depth_flops(model, seq).values()) + head if model.mtp_num_layers else 0.0
+    return layers, mtp, head
+
+
+@lru_cache(maxsize=4096)
+def balanced_layout(num_layers: int, stages: int, mtp_layers: int, *, pp: int | None = None,
+                    layer_weights: tuple[float, ...] | None = None, mtp_weight: float | None = None,
+                    loss_weight: float | None = None, embedding_weight: float = 1.0) -> str | None:
+    """A Megatron ``pipeline_model_parallel_layout`` that balances the forward work of the PP ranks: the embedding on
+    the first virtual stage, the MTP layers + output layer + loss on the last (MCore ``PipelineParallelLayerLayout``
+    rules), the decoder layers split contiguously with the first and last stage sizes chosen to minimise the most
+    loaded PP rank (virtual stage *k* runs on rank ``k % pp``), the middle stages as even as possible.
+
+    ``layer_weights`` / ``mtp_weight`` / ``loss_weight`` / ``embedding_weight`` are the work of each piece
+    (:func:`stage_weights`; the planner passes 0 for the embedding gather); by default every decoder layer, MTP depth,
+    the embedding and the loss count as one layer each - the ``account_for_embedding/loss_in_pipeline_split``
+    convention of Megatron-Core. Ties keep the most even split.
+
+    Returns None when no layout string is needed: no MTP and the uniform split is already optimal.
+    """
+    if stages <= 1 or num_layers < 1:
         return None
-    if num_layers % stages == 0 and mtp_layers == 0:
-        return None
-    # weights: edge stages carry embedding / output layer + loss (+ MTP), count them as one layer each
-    budget = num_layers + 2 + mtp_layers
-    base = budget / stages
-    counts = [0] * stages
-    remaining = num_layers
-    # edge stages get round(base) - 1 (embedding) and round(base) - 1 - mtp (loss + MTP), at least 0
-    first = max(0, min(remaining, round(base) - 1))
-    last = max(0, min(remaining - first, round(base) - 1 - mtp_layers))
-    mid_total = num_layers - first - last
+    pp = pp or stages
+    w = layer_weights or (1.0,) * num_layers
+    w_mtp = (1.0 if mtp_weight is None else mtp_weight) * mtp_layers
+    w_loss = 1.0 if loss_weight is None else loss_weight
+    prefix = [0.0]
+    for x in w:
+        prefix.append(prefix[-1] + x)
     mids = stages - 2
-    if mids <= 0:
-        first = num_layers - last
-        mid_total = 0
-    counts[0], counts[-1] = first, last
-    if mids > 0:
-        q, r = divmod(mid_total, mids)
-        if q == 0 and r < mids:
-            return None  # would leave empty middle stages
-        for i in range(mids):
-            counts[1 + i] = q + (1 if i < r else 0)
+    q = num_layers // stages
+
+    def counts_for(first: int, last: int) -> list[int] | None:
+        rest = num_layers - first - last
+        if rest < 0 or (mids == 0 and rest) or (mids > 0 and rest < mids):
+            return None
+        if mids == 0:
+            return [first, last]
+        qm, rm = divmod(rest, mids)
+        return [first, *[qm + (1 if i < rm else 0) for i in range(mids)], last]
+
+    def cost(counts: list[int]) -> tuple[float, float, int]:
+        ranks = [0.0] * pp
+        worst_stage = 0.0
+        at = 0
+        for k, c in enumerate(counts):
+            load = prefix[at + c] - prefix[at] + (w_mtp + w_loss if k == stages - 1 else 0.0) + (
+                embedding_weight if k == 0 else 0.0)
+            at += c
+            ranks[k % pp] += load
+            worst_stage = max(worst_stage, load)
+        return (round(max(ranks), 6), round(worst_stage, 6), max(counts) - min(counts))
+
+    uniform = [q] * stages if num_layers % stages == 0 else None
+    best: tuple | None = None
+    best_counts: list[int] | None = None
+    if uniform is not None:
+        best, best_counts = cost(uniform), uniform
+    hi = min(num_layers, 2 * q + 2)
+    for first in range(hi + 1):
+        for last in range(hi + 1):
+            counts = counts_for(first, last)
+            if counts is None:
+                continue
+            c = cost(counts)
+            if best is None or c < best:
+                best, best_counts = c, counts
+    if best_counts is None:
+        return None
+    if best_counts == uniform and mtp_layers == 0:
+        return None
     parts = []
-    for i, c in enumerate(counts):
+    for i, c in enumerate(best_counts):
         s = ("E" if i == 0 else "") + "t" * c
         if i == stages - 1:
             s += "m" * mtp_layers + "L"
@@ -144,6 +197,7 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
     experts = model.num_moe_experts or 1
     eps = divisors(experts) if model.is_moe else [1]
     mbs_opts = list(lim.mbs_options)
+    weights = stage_weights(model, seq)
     for tp in _pick("tp", tps, fix):
         for cp in _pick("cp", cps, fix):
             if gpus % (tp * cp):
@@ -161,11 +215,14 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                     if stages > 1 and model.num_layers < stages - 2:
                         continue
                     layout_str = None
-                    if stages > 1 and (model.num_layers % stages or model.mtp_num_layers):
+                    if stages > 1:
                         if "pipeline_layout" in fix:
                             layout_str = str(fix["pipeline_layout"])
                         else:
-                            layout_str = balanced_layout(model.num_layers, stages, model.mtp_num_layers)
+                            layout_str = balanced_layout(model.num_layers, stages, model.mtp_num_layers,
+                                                         pp=pp, layer_weights=weights[0],
+                                                         mtp_weight=weights[1], loss_weight=weights[2],
+                                                         embedding_weight=0.0)
                             if layout_str is None and model.num_layers % stages:
                                 continue
                     etps = sorted({1, tp}) if model.is_moe else [tp]
