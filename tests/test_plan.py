@@ -120,3 +120,39 @@ def test_mxfp8_on_blackwell_has_candidates_that_pass_check():
     for c in res.candidates:
         assert c.job.features.precision == "mxfp8" and c.job.features.fp8_param_gather
         assert not _errors(check_config(job_to_config(c.job)))
+
+
+def test_fsdp_pinned_gives_checked_fsdp_candidates():
+    res = plan(_req(model=get_model("Llama-3-8B"), fix={"fsdp": 1}, top=2))
+    assert res.candidates
+    for c in res.candidates:
+        f = c.job.features
+        assert f.use_megatron_fsdp and f.data_parallel_sharding_strategy == "optim_grads_params"
+        assert c.layout.tp == c.layout.cp == c.layout.pp == 1
+        cfg = job_to_config(c.job)
+        assert cfg["model"]["gradient_accumulation_fusion"] is False  # Megatron-FSDP user guide
+        assert not _errors(check_config(cfg))
+        launch = launch_for(c.job)
+        assert "ddp.data_parallel_sharding_strategy=optim_grads_params" in launch["bridge_overrides_tuning"]
+        assert not _errors(check_config(read_bridge_config(None, launch["bridge_overrides"], base={})))
+
+
+def test_fsdp_pinned_with_model_parallelism_has_no_candidate():
+    res = plan(_req(model=get_model("Llama-3-8B"), fix={"fsdp": 1, "tp": 2}, allow_offload=False))
+    assert not res.candidates
+
+
+def test_fsdp_shrinks_model_state_where_searched():
+    """Llama-3-70B on 64 GB200 at TP1 PP1: the distributed optimizer alone does not fit the weights + grads,
+    Megatron-FSDP does; the search finds it without being told."""
+    res = plan(_req(model=get_model("Llama-3-70B"), system=get_system("GB200-NVL72"), gpus=64, global_batch_size=256,
+                    seq_length=8192, precisions=("fp8_cs",), fix={"tp": 1, "pp": 1, "cp": 1}, top=1,
+                    allow_offload=False))
+    assert res.candidates and res.candidates[0].job.features.use_megatron_fsdp
+
+
+def test_dense_tp_candidates_overlap_tp_comm_moe_ones_do_not():
+    dense = plan(_req(model=get_model("Llama-3-8B"), fix={"tp": 2}, top=1, explore_fsdp=False))
+    assert dense.candidates and all(c.job.features.tp_comm_overlap for c in dense.candidates)
+    moe = plan(_req(fix={"tp": 2}, top=1))
+    assert moe.candidates and not any(c.job.features.tp_comm_overlap for c in moe.candidates)

@@ -62,3 +62,29 @@ def test_dsv3_balanced_layout_matches_published_shape():
     # the published DSV3 H100 layout Et*3|(tt|)*29m|L puts 61 layers on 32 stages; ours does too
     text = balanced_layout(61, 32, 1)
     assert text.count("t") == 61 and text.count("|") == 31
+
+
+def _rank_loads(text: str, pp: int, weights, mtp_w: float, loss_w: float) -> list[float]:
+    loads = [0.0] * pp
+    at = 0
+    for k, stage in enumerate(text.split("|")):
+        n = stage.count("t")
+        loads[k % pp] += sum(weights[at:at + n]) + stage.count("m") * mtp_w + stage.count("L") * loss_w
+        at += n
+    return loads
+
+
+def test_flops_weighted_layout_unloads_the_mtp_and_loss_stage():
+    from moetune.plan.space import stage_weights
+
+    m = get_model("DeepSeek-V3")
+    w, mtp_w, loss_w = stage_weights(m, 4096)
+    assert mtp_w > w[-1] and loss_w > 0  # an MTP depth is a layer plus its own output layer
+    weighted = balanced_layout(61, 16, 1, pp=16, layer_weights=w, mtp_weight=mtp_w, loss_weight=loss_w,
+                               embedding_weight=0.0)
+    unit = balanced_layout(61, 16, 1)
+    stages = weighted.split("|")
+    assert stages[-1].count("t") < max(s.count("t") for s in stages[1:-1])
+    assert max(_rank_loads(weighted, 16, w, mtp_w, loss_w)) <= max(_rank_loads(unit, 16, w, mtp_w, loss_w))
+    ranks = pipeline_stages(m, Layout(pp=16, pipeline_layout=weighted))
+    assert sum(r.num_layers for r in ranks) == 61

@@ -207,6 +207,19 @@ def mamba_bytes(d_inner: float, ngroups: float, state: float, heads: float, head
     return conv + scan + states + gated_norm
 
 
+def cp_correction_bytes(cp: int, out_width: float) -> float:
+    """Forward bytes per local token of the per-step output merge of ring (``p2p``) context parallelism.
+
+    TE ``AttnFuncWithCPAndKVP2P`` runs attention once per ring step (``cp`` steps) and merges each step's partial
+    output into an FP32 accumulator rescaled by the softmax LSE (``flash_attn_fwd_out_correction``): per step read
+    the BF16 partial output and read + write the FP32 accumulator; the backward accumulates dQ (and dKV) per step
+    the same way, covered by the 3x forward convention of the step model.
+    """
+    if cp <= 1:
+        return 0.0
+    return cp * out_width * (BF16_BYTES + 2 * 4.0)
+
+
 def unfused_attention_bytes(heads: float, context: float) -> float:
     """Forward bytes per token of unfused attention (Megatron ``DotProductAttention``): write the BF16 scores of
     ``heads`` × ``context`` keys, read/write them in the masked softmax, read them for the AV product."""

@@ -271,6 +271,9 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     if mixer in ("A", "W"):
         qk = (model.num_attention_heads + model.query_groups) * hd
         wl.mem(t_a * K.rope_bytes(qk) / tp, tag="attn_proj", layer=i)
+        if cp > 1 and feat.cp_comm_type == "p2p":
+            v_dim = float(model.v_head_dim or hd) if model.multi_latent_attention else float(hd)
+            wl.mem(t_a * K.cp_correction_bytes(cp, model.num_attention_heads / tp * v_dim), tag="core_attn", layer=i)
         if feat.attention_backend == "unfused":
             # Megatron's unfused DotProductAttention materialises the scores: causal context ~ core FLOPs / (4·q)
             ctx = comps.get("core_attention", 0.0) / (4.0 * model.num_attention_heads * hd) * 2
