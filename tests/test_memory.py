@@ -76,6 +76,10 @@ def test_bytes_per_param_table():
     s = _state(job(m, features=Features(precision="fp8_cs", fp8_param_gather=True)))
     assert s["weights"] * GIB == pytest.approx(p, rel=1e-9) and "fp8_weight_cache" not in s
     assert "fp8_weight_cache" in _state(job(m, features=Features(precision="fp8_cs")))
+    # NVFP4 caches 4-bit row- and column-wise weights with 1/16 E4M3 scales: 1.125 B vs FP8's 2 B per param
+    fp4 = _state(job(m, features=Features(precision="nvfp4")))["fp8_weight_cache"]
+    fp8 = _state(job(m, features=Features(precision="fp8_cs")))["fp8_weight_cache"]
+    assert fp4 == pytest.approx(fp8 * 1.125 / 2, rel=1e-9)
     # Megatron-FSDP optim_grads_params: everything over DP
     s = _state(job(m, features=Features(use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")))
     assert (s["weights"] + s["main_grads"] + s["optimizer_state"]) * GIB == pytest.approx(18 / 8 * p, rel=1e-9)

@@ -256,7 +256,9 @@ def _model_state(job: Job, dense: float, expert: float, lin: float, largest_laye
         else:
             out["optimizer_state"] = sb.optimizer * (dense + expert)
     if f.precision in FP8_PRECISIONS and not f.fp8_param_gather:
-        out["fp8_weight_cache"] = const("fp8_weight_cache_bytes_per_param")[job.system.gpu.arch] * lin
+        per_param = (const("fp4_weight_cache_bytes_per_param") if f.precision == "nvfp4"
+                     else const("fp8_weight_cache_bytes_per_param")[job.system.gpu.arch])
+        out["fp8_weight_cache"] = per_param * lin
     return out
 
 
