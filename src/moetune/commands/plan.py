@@ -197,7 +197,12 @@ def _render(out: dict[str, Any]) -> None:
         elif rec == "full":
             rec = "full recompute"
         parts = [f["moe_token_dispatcher_type"] + (f"/{f['moe_flex_dispatcher_backend']}"
-                                                   if f.get("moe_flex_dispatcher_backend") else ""), rec]
+                                                   if f.get("moe_flex_dispatcher_backend") else "")
+                 if lay["ep"] * lay["etp"] > 1 else "", rec]
+        if f.get("use_megatron_fsdp"):
+            parts.append("Megatron-FSDP " + str(f.get("data_parallel_sharding_strategy")))
+        if f.get("tp_comm_overlap"):
+            parts.append("TP comm overlap")
         if f.get("overlap_moe_expert_parallel_comm"):
             parts.append("EP overlap" + (" + delayed wgrad" if f.get("delay_wgrad_compute") else ""))
         if f.get("cuda_graph_scope"):
@@ -207,7 +212,8 @@ def _render(out: dict[str, Any]) -> None:
         console.print(f"[bold]#{i + 1}[/] {layout}  {tm['step_time_s']:.2f} s/step  "
                       f"{tm['model_tflops_per_gpu']:.0f} TFLOP/s/GPU  {m.get('peak_allocated_gib', 0):.1f} GiB  "
                       f"wall: {tm.get('dominant_wall')}", soft_wrap=False)
-        console.print("    " + ", ".join(p for p in parts if p), markup=False)
+        console.print("    " + (", ".join(p for p in parts if p) or "no recompute, no overlap or graph features"),
+                      markup=False)
     best = out["candidates"][0]
     bl, bt = best["layout"], best["time"]
     mfu = bt.get("mfu") or {}
