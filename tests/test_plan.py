@@ -156,3 +156,11 @@ def test_dense_tp_candidates_overlap_tp_comm_moe_ones_do_not():
     assert dense.candidates and all(c.job.features.tp_comm_overlap for c in dense.candidates)
     moe = plan(_req(fix={"tp": 2}, top=1))
     assert moe.candidates and not any(c.job.features.tp_comm_overlap for c in moe.candidates)
+
+
+def test_fsdp_with_pinned_model_parallelism_is_explained(cli):
+    r = cli("plan", "--model", "Llama-3-8B", "--gpus", "8", "--gbs", "64", "--seq", "4096", "--fix", "fsdp=1,tp=2",
+            "--json")
+    assert r.returncode == 1, r.stderr
+    info = json.loads(r.stdout)["impossible"]
+    assert "TP = CP = PP = 1" in info["summary"] and any("fsdp" in s for s in info["what_would_fit"])
