@@ -18,6 +18,7 @@ dataclasses.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -171,7 +172,7 @@ def _mtp_split(model: ModelArch, tp: int, ep: int, etp: int) -> tuple[float, flo
     return dense, expert, lin + 2 * h * h / tp
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=32768)
 def _stages(model: ModelArch, layout) -> tuple[PipelineRank, ...]:
     return tuple(pipeline_stages(model, layout))
 
@@ -188,13 +189,13 @@ def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, tup
     return _rank_params_cached(job.model, job.layout, rank.pp_rank)
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=32768)
 def _all_rank_params(m: ModelArch, lay) -> tuple[tuple[float, float, float, tuple[float, ...]], ...]:
     """:func:`_rank_params` of every PP rank of the layout, in rank order."""
     return tuple(_rank_params_cached(m, lay, r.pp_rank) for r in _stages(m, lay))
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=131072)
 def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, float, tuple[float, ...]]:
     rank = _stages(m, lay)[pp_rank]
     tp, ep, etp = lay.tp, lay.ep, lay.expert_tp
@@ -394,27 +395,48 @@ def _features_key(f) -> tuple:
             f.cpu_offloading_num_layers if f.cpu_offloading else 0)
 
 
-@lru_cache(maxsize=2048)
+#: chunk signatures and rows of them (one rank's chunks), one object per value for the whole process: row caches
+#: key on their identity (entries are never dropped, so an id is never reused; a model has few distinct chunks)
+_SIG_INTERN: dict[tuple, tuple] = {}
+
+
+@lru_cache(maxsize=32768)
 def _chunk_signatures(m: ModelArch, lay) -> tuple[tuple[tuple, ...], ...]:
-    """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on."""
-    return tuple(tuple((tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers,
-                        ch.embedding, ch.loss) for ch in rank.chunks) for rank in _stages(m, lay))
+    """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on (equal signatures, and equal
+    rows of them, are one object: see :data:`_SIG_INTERN`)."""
+    same = _SIG_INTERN.setdefault
+    return tuple(same(row, row) for row in (tuple(same(sig, sig) for sig in (
+        (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss)
+        for ch in rank.chunks)) for rank in _stages(m, lay)))
 
 
-@lru_cache(maxsize=8192)
-def _activation_tables(m: ModelArch, lay, fkey: tuple, cfg: act.ActConfig, vocab_padded: int) -> tuple:
-    """:func:`_rank_activation_table` for every PP rank at once, keyed on the features' activation key (what the
-    chunks read) rather than the whole Features, plus the saved / graphed columns as arrays."""
-    out = []
-    for sigs in _chunk_signatures(m, lay):
-        saved, graphed, trans, resident = [], [], 0.0, 0.0
-        for sig in sigs:
-            s, g, t, r = _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
-            saved.append(s - g)
-            graphed.append(g)
-            trans, resident = max(trans, t), max(resident, r)
-        out.append((tuple(saved), np.asarray(saved), np.asarray(graphed) if any(graphed) else None, trans, resident))
-    return tuple(out)
+_ROW_CACHE: dict[tuple, tuple] = {}
+
+
+def _activation_row(m: ModelArch, fkey: tuple, cfg: act.ActConfig, sigs: tuple, vocab_padded: int) -> tuple:
+    """One PP rank's activation table from its chunk signatures (a row of :func:`_chunk_signatures`): per chunk the
+    saved bytes per microbatch outside CUDA graphs (tuple and array), inside graphs (array, None when none), and the
+    rank's max transient and max offload-resident bytes. Memoised on the interned row (ranks of many layouts share
+    one) and the features' activation key; read only."""
+    key = (id(sigs), fkey, cfg, vocab_padded, id(m))
+    hit = _ROW_CACHE.get(key)
+    if hit is not None and hit[0] is m:
+        return hit[1]
+    saved, graphed, trans, resident = [], [], 0.0, 0.0
+    seen: dict[int, tuple[float, float, float, float]] = {}  # chunks with one signature object: looked up once
+    for sig in sigs:
+        got = seen.get(id(sig))
+        if got is None:
+            got = seen[id(sig)] = _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
+        s, g, t, r = got
+        saved.append(s - g)
+        graphed.append(g)
+        trans, resident = max(trans, t), max(resident, r)
+    row = (tuple(saved), np.asarray(saved), np.asarray(graphed) if any(graphed) else None, trans, resident)
+    if len(_ROW_CACHE) >= 262144:
+        _ROW_CACHE.clear()
+    _ROW_CACHE[key] = (m, row)
+    return row
 
 
 def _chunk_activation(m: ModelArch, f, cfg: act.ActConfig, ch, vocab_padded: int
@@ -455,16 +477,22 @@ def _chunk_activation_of(m: ModelArch, fkey: tuple, cfg: act.ActConfig, sig: tup
             transient = max(transient, act.layer_bytes(m, mx, ml, cfg) * min(n_rec, len(rec)))
     else:
         keep = layers
+    per_kind: dict[tuple[str, str], tuple[float, float, float, float]] = {}  # layer kinds repeat: look up once
     for idx, (mx, ml) in enumerate(keep + mtp_layers):
-        b = act.layer_bytes(m, mx, ml, cfg)
+        vals = per_kind.get((mx, ml))
+        if vals is None:
+            vals = per_kind[(mx, ml)] = (
+                act.layer_bytes(m, mx, ml, cfg), act.layer_graphed_bytes(m, mx, ml, cfg, scope),
+                act.layer_transient_bytes(m, mx, ml, cfg) + act.layer_recompute_extra_bytes(m, mx, ml, cfg),
+                act.layer_offloaded_bytes(m, mx, ml, cfg))
+        b, g, t, o = vals
         if cpu_n and idx < cpu_n and idx < len(keep) - 1:
             offl = max(offl, b)
         else:
             saved += b
-            graphed += act.layer_graphed_bytes(m, mx, ml, cfg, scope)
-        transient = max(transient, act.layer_transient_bytes(m, mx, ml, cfg)
-                        + act.layer_recompute_extra_bytes(m, mx, ml, cfg))
-        offl = max(offl, act.layer_offloaded_bytes(m, mx, ml, cfg))
+            graphed += g
+        transient = max(transient, t)
+        offl = max(offl, o)
     if mtp_count:
         saved += mtp_count * act.mtp_extra_bytes(m, cfg, vocab_padded)
     if has_embedding:
@@ -493,7 +521,7 @@ def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight
     return const("cuda_graph_static_io_factor") * per_mb * max(1, inflight_total) if f.cuda_graph_impl else 0.0
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=131072)
 def _graphed_io_per_microbatch(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float,
                                pp_rank: int) -> float:
     """Per-microbatch static graph I/O bytes of one PP rank (the sum in :func:`_graphed_io_bytes`), memoised."""
@@ -522,10 +550,40 @@ def headroom_gib(capacity: float) -> float:
     return max(h["fraction"] * capacity, h["min_gib"])
 
 
-def estimate_memory(job: Job) -> MemoryEstimate:
-    """Per-PP-rank memory (peak allocated, reserved, device) with itemised components and assumptions."""
+def reserved_peaks(job: Job, order: Iterable[int] | None = None) -> Iterator[tuple[float, float]]:
+    """(reserved GiB, peak allocated GiB) of the PP ranks in ``order`` (default: rank order), lazily: the
+    ``reserved_gib`` / ``peak_allocated_gib`` of :func:`estimate_memory`'s stages (same values, one implementation)
+    without the itemised components, chunks and assumptions. A fit test can stop at the first rank that overflows."""
+    return _rank_memory(job, act_config(job), False, order)
+
+
+#: Features fields that only the activations read (not the model state, the schedule or the runtime tail): the
+#: per-job part of :func:`_rank_memory` is shared by jobs that differ only in these (the recompute ladder)
+ACTIVATION_ONLY_FEATURES = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
+
+_STATIC_CACHE: dict[tuple, tuple] = {}
+_STATIC_KEY = "_moetune_mem_static_key"
+
+
+def _static_features_key(f) -> tuple:
+    """Every Features value except :data:`ACTIVATION_ONLY_FEATURES`, cached on the instance (like its hash)."""
+    d = f.__dict__
+    key = d.get(_STATIC_KEY)
+    if key is None:
+        key = d[_STATIC_KEY] = tuple(d[k] for k in type(f).model_fields if k not in ACTIVATION_ONLY_FEATURES)
+    return key
+
+
+def _rank_static(job: Job) -> tuple:
+    """The part of :func:`_rank_memory` that the activations do not change: pipeline ranks, vocabulary padding and,
+    per rank, (model-state components, their sum, per-chunk params, in-flight states and their array), and the runtime
+    tail builder. Memoised on the job with :data:`ACTIVATION_ONLY_FEATURES` left out; read only."""
     m, lay, f = job.model, job.layout, job.features
-    cfg = act_config(job)
+    key = (m, lay, job.system, job.gpus, job.global_batch_size, job.micro_batch_size, job.seq_length,
+           _static_features_key(f))
+    hit = _STATIC_CACHE.get(key)
+    if hit is not None:
+        return hit
     stages = _stages(m, lay)
     vpp = len(stages[0].chunks)
     nmb = max(1, job.num_microbatches)
@@ -534,21 +592,37 @@ def estimate_memory(job: Job) -> MemoryEstimate:
     if f.use_megatron_fsdp:
         largest_layer = max(sum(_layer_split(m, a, b, lay.tp, lay.ep, lay.expert_tp)[:2])
                             for a, b in zip(m.mixer_pattern, m.mlp_pattern, strict=True))
-    out: list[StageMemory] = []
     per_job = (state_bytes(job), *shard_sizes(job))
-    tables = _activation_tables(m, lay, _features_key(f), cfg, vocab_padded)
     params = _all_rank_params(m, lay)
-    tail_of = tail_builder(job)
+    ranks = []
     for rank in stages:
         dense, expert, lin, per_chunk_params = params[rank.pp_rank]
         comps = _model_state(job, dense, expert, lin, largest_layer, per_job)
-        chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = tables[rank.pp_rank]
-        states = _inflight_array(lay.pp, vpp, nmb, rank.pp_rank)
+        ranks.append((comps, sum(comps.values()), per_chunk_params, _inflight_array(lay.pp, vpp, nmb, rank.pp_rank),
+                      inflight_states(lay.pp, vpp, nmb, rank.pp_rank)))
+    out = (stages, vocab_padded, ranks, tail_builder(job))
+    if len(_STATIC_CACHE) >= 32768:
+        _STATIC_CACHE.clear()
+    _STATIC_CACHE[key] = out
+    return out
+
+
+def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool, order: Iterable[int] | None = None) -> Iterator:
+    """Per PP rank in ``order`` (default: rank order): a :class:`StageMemory` (``detail``) or just
+    (reserved GiB, peak allocated GiB)."""
+    m, lay, f = job.model, job.layout, job.features
+    stages, vocab_padded, ranks, tail_of = _rank_static(job)
+    tail_totals = tail_of.totals
+    sig_rows, fkey = _chunk_signatures(m, lay), _features_key(f)
+    for idx in range(len(stages)) if order is None else order:
+        rank = stages[idx]
+        comps, static, per_chunk_params, states, inflight = ranks[idx]
+        chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank],
+                                                                                      vocab_padded)
         totals = states @ saved_arr
         i_best = int(np.argmax(totals))  # first maximum, in the sorted order of inflight_states
-        best, best_state = float(totals[i_best]), inflight_states(lay.pp, vpp, nmb, rank.pp_rank)[i_best]
+        best, best_state = float(totals[i_best]), inflight[i_best]
         best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
-        static = sum(comps.values())
         working = chunk_trans + resident
         graphed_io = _graphed_io_bytes(job, cfg, rank, sum(best_state))
         # Activations inside CUDA graphs come from the graphs' private pool, filled once while capturing (before
@@ -556,26 +630,37 @@ def estimate_memory(job: Job) -> MemoryEstimate:
         # capture phase and the training phase (non-graphed activations + working set + static graph buffers).
         eager_peak = best + working + graphed_io
         dyn = max(eager_peak, best_graphed + (working if best_graphed else 0.0))
+        alloc_bytes = static + dyn
+        tail_gib = tail_totals(best + best_graphed, alloc_bytes)
+        peak = alloc_bytes / GIB + tail_gib["allocated"]
+        # the graph pool stays reserved while eager activations are allocated next to it
+        pool_extra = max(0.0, best_graphed + eager_peak - dyn) / GIB
+        reserved = peak + tail_gib["reserved"] + pool_extra
+        if not detail:
+            yield reserved, peak
+            continue
+        tail = tail_of(best + best_graphed, alloc_bytes)
+        comps = dict(comps)  # the cached model-state components stay as they are
         comps["activations"] = best
         comps["working_set"] = working
         if graphed_io:
             comps["cuda_graph_static_io"] = graphed_io
-        alloc_bytes = static + dyn
-        tail = tail_of(best + best_graphed, alloc_bytes)
         comp_gib = {k: v / GIB for k, v in comps.items()}
         if best_graphed:
             # capture-phase peak of the graphed part (reported; the allocated peak takes the larger phase)
             comp_gib["cuda_graph_activations"] = best_graphed / GIB
         for it in tail.items:
             comp_gib[it.name] = it.gib
-        peak = alloc_bytes / GIB + tail.total("allocated")
-        # the graph pool stays reserved while eager activations are allocated next to it
-        pool_extra = max(0.0, best_graphed + eager_peak - dyn) / GIB
-        reserved = peak + tail.total("reserved") + pool_extra
-        device = reserved + tail.total("non_torch")
+        device = reserved + tail_gib["non_torch"]
         chunks = [ChunkMemory(ch.vchunk, ch.layers, ch.embedding, ch.loss, ch.mtp_layers, per_chunk_params[j],
                               chunk_saved[j] / GIB, best_state[j]) for j, ch in enumerate(rank.chunks)]
-        out.append(StageMemory(rank.pp_rank, peak, reserved, device, comp_gib, chunks))
+        yield StageMemory(rank.pp_rank, peak, reserved, device, comp_gib, chunks)
+
+
+def estimate_memory(job: Job) -> MemoryEstimate:
+    """Per-PP-rank memory (peak allocated, reserved, device) with itemised components and assumptions."""
+    cfg = act_config(job)
+    out = list(_rank_memory(job, cfg, detail=True))
     binding = max(range(len(out)), key=lambda i: (out[i].device_gib, i))
     out[binding].binding = True
     cap = job.system.gpu.hbm_gib

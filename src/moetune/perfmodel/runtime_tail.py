@@ -22,6 +22,8 @@ from moetune.spec.job import Job
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
+TAIL_KINDS = ("allocated", "reserved", "non_torch")
+DYNAMIC_KIND = "reserved"  #: kind of the per-rank tail items (CUDA-graph pool, fragmentation)
 
 
 @dataclass(slots=True)
@@ -115,17 +117,32 @@ def tail_builder(job: Job):
             after.append(item)
     head = [lib] if lib.gib > 0 else []
 
-    def build(activation_peak_bytes: float, allocated_peak_bytes: float) -> RuntimeTail:
-        items = list(head)
+    pool_text = "full-iteration CUDA graph private pool: 1.5x the activation peak (S:cg)"
+
+    def dynamic_gib(activation_peak_bytes: float, allocated_peak_bytes: float) -> list[tuple[str, float, str]]:
+        """(name, GiB, assumption) of the per-rank items, all of kind :data:`DYNAMIC_KIND`, in item order."""
+        out = []
         if pool_factor is not None:
             pool = pool_factor * activation_peak_bytes / GIB
             if pool > 0:
-                items.append(TailItem("cuda_graph_pool", pool, "reserved", "full-iteration CUDA graph private pool: "
-                                      "1.5x the activation peak (S:cg)"))
+                out.append(("cuda_graph_pool", pool, pool_text))
         fr = frac * allocated_peak_bytes / GIB
         if fr > 0:
-            items.append(TailItem("fragmentation", fr, "reserved", frag_text))
-        items.extend(after)
-        return RuntimeTail(items)
+            out.append(("fragmentation", fr, frag_text))
+        return out
 
+    def build(activation_peak_bytes: float, allocated_peak_bytes: float) -> RuntimeTail:
+        dyn = [TailItem(n, g, DYNAMIC_KIND, a) for n, g, a in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
+        return RuntimeTail([*head, *dyn, *after])
+
+    # RuntimeTail.total of each kind without the RuntimeTail: the same GiB values summed in the same order
+    head_of = {k: [i.gib for i in head if i.kind == k] for k in TAIL_KINDS}
+    after_of = {k: [i.gib for i in after if i.kind == k] for k in TAIL_KINDS}
+    fixed = {k: sum([*head_of[k], *after_of[k]]) for k in TAIL_KINDS if k != DYNAMIC_KIND}
+
+    def totals(activation_peak_bytes: float, allocated_peak_bytes: float) -> dict[str, float]:
+        dyn = [g for _, g, _ in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
+        return {**fixed, DYNAMIC_KIND: sum([*head_of[DYNAMIC_KIND], *dyn, *after_of[DYNAMIC_KIND]])}
+
+    build.totals = totals  # type: ignore[attr-defined]
     return build

@@ -366,7 +366,7 @@ def _stages(job: Job, notes: list[str]) -> tuple[list[list[int]], list[bool], li
     layers are spread as evenly as possible over the PP·VPP stages and the assumption is listed.
     """
     from moetune.errors import LayoutError
-    from moetune.spec.pipeline import pipeline_stages
+    from moetune.perfmodel.memory import _stages as pipeline_stages  # memoised pipeline_stages, shared with memory
 
     key = (_model_key(job.model), "stages", job.layout)
     hit = _SUMMARY_CACHE.get(key)
@@ -457,26 +457,25 @@ def _stage_summary(model: ModelArch, ids: tuple[int, ...], n_mtp: int, quant_on:
         d, e = _param_split(model, i)
         dense += d
         exp += e
-    if len(_SUMMARY_CACHE) > 50000:
+    if len(_SUMMARY_CACHE) > 200000:
         _SUMMARY_CACHE.clear()
     _SUMMARY_CACHE[key] = (model, (kinds, dense, exp))
     return kinds, dense, exp
 
 
-def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
-    """Work of every pipeline stage of ``job`` for one microbatch (see module doc)."""
-    eff = eff or default_efficiency()
-    consts = eff.constants
-    model, lay, feat = job.model, job.layout, job.features
-    assumptions: list[str] = list(job.assumptions)
-    layers_per_rank, emb, loss, mtp, v = _stages(job, assumptions)
-    nl = model.num_layers
-    quant_on = feat.precision not in ("bf16", "fp16")
-    bf16_layers: set[int] = set()
-    if quant_on and feat.first_last_layers_bf16:
-        bf16_layers = {0, nl - 1}
-    types: dict[tuple, LayerType] = {}
-    stages: list[StageWork] = []
+def _stage_works(job: Job, consts: dict, layers_per_rank: list[list[int]], emb: list[bool], loss: list[bool],
+                 mtp: list[int], quant_on: bool, bf16_layers: frozenset[int]) -> tuple[list[StageWork], list[tuple]]:
+    """Per-PP-rank work of :func:`build_profile` that no feature changes (layer kinds and counts, embedding / logits /
+    loss work, local params), and the (first layer index, quantised) of each layer kind in first-seen order.
+
+    Memoised on everything it reads (model, layout, sequence, microbatch, quantised layers, kernel constants): the
+    planner prices many feature variants of one layout. The returned StageWork objects are shared and read only."""
+    model, lay = job.model, job.layout
+    key = (_model_key(model), "stage_works", lay, job.seq_length, job.micro_batch_size, quant_on, bf16_layers,
+           id(consts))
+    hit = _SUMMARY_CACHE.get(key)
+    if hit is not None and hit[1][2] is consts:
+        return hit[1][0], hit[1][1]
     seq = job.seq_length
     total = _total_flops(model, seq, lay.tp)
     # model FLOPs per layer (the router GEMM is informational in layer_flops, not part of Bridge's total)
@@ -487,14 +486,16 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     t_a = seq * job.micro_batch_size / lay.cp
     tp = lay.tp
     vpad = model.padded_vocab_size(tp)
-    key_rest = _layer_type_key_rest(job, consts)
+    stages: list[StageWork] = []
+    first: dict[tuple, tuple[int, bool]] = {}
+    same: dict[tuple, StageWork] = {}
     for p, ids in enumerate(layers_per_rank):
         st = StageWork()
-        kinds, dense_p, exp_p = _stage_summary(model, tuple(ids), mtp[p], quant_on, frozenset(bf16_layers))
+        kinds, dense_p, exp_p = _stage_summary(model, tuple(ids), mtp[p], quant_on, bf16_layers)
         for (i, quant), n in kinds.items():
-            lt = _cached_layer_type(job, i, quant, consts, key_rest)
-            types[lt.key] = lt
-            st.layer_counts[lt.key] = st.layer_counts.get(lt.key, 0.0) + n
+            lkey = (model.mixer_pattern[i], model.mlp_pattern[i], quant)  # LayerType.key of _layer_type
+            first.setdefault(lkey, (i, quant))
+            st.layer_counts[lkey] = st.layer_counts.get(lkey, 0.0) + n
         st.layers = len(ids) + mtp[p]
         wl = K.WorkList()
         kern = 0.0
@@ -511,11 +512,45 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
             kern += consts["kernels_per_layer"]["embedding_loss"] / 2
             if model.untie_embeddings_and_output_weights or lay.pp > 1:
                 dense_p += vpad * h
-        st.extra = wl.arrays()
+        # one arrays object per value across layouts (it depends on the batch shape, TP and the edge flags only),
+        # so evaluate's price memo (_price_extra, keyed on the object) is shared by every layout
+        xkey = (_model_key(model), "extra", seq, job.micro_batch_size, lay.cp, tp, emb[p], loss[p], id(consts))
+        xhit = _SUMMARY_CACHE.get(xkey)
+        if xhit is None or xhit[1][1] is not consts:
+            xhit = _SUMMARY_CACHE[xkey] = (model, (wl.arrays(), consts))
+        st.extra = xhit[1][0]
         st.extra_kernels = kern
         st.dense_params = dense_p / tp
         st.expert_params = exp_p / (lay.ep * lay.expert_tp)
-        stages.append(st)
+        # ranks with the same content share one object (evaluate prices each distinct object once)
+        sig = (tuple(st.layer_counts.items()), emb[p], loss[p], st.layers, kern, st.dense_params, st.expert_params)
+        stages.append(same.setdefault(sig, st))
+    if len(_SUMMARY_CACHE) > 200000:
+        _SUMMARY_CACHE.clear()
+    _SUMMARY_CACHE[key] = (model, (stages, list(first.values()), consts))
+    return stages, list(first.values())
+
+
+def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
+    """Work of every pipeline stage of ``job`` for one microbatch (see module doc)."""
+    eff = eff or default_efficiency()
+    consts = eff.constants
+    model, lay, feat = job.model, job.layout, job.features
+    assumptions: list[str] = list(job.assumptions)
+    layers_per_rank, emb, loss, mtp, v = _stages(job, assumptions)
+    nl = model.num_layers
+    quant_on = feat.precision not in ("bf16", "fp16")
+    bf16_layers: set[int] = set()
+    if quant_on and feat.first_last_layers_bf16:
+        bf16_layers = {0, nl - 1}
+    seq = job.seq_length
+    total = _total_flops(model, seq, lay.tp)
+    key_rest = _layer_type_key_rest(job, consts)
+    stages, first_kinds = _stage_works(job, consts, layers_per_rank, emb, loss, mtp, quant_on, frozenset(bf16_layers))
+    types: dict[tuple, LayerType] = {}
+    for i, quant in first_kinds:
+        lt = _cached_layer_type(job, i, quant, consts, key_rest)
+        types[lt.key] = lt
     # recompute selection
     rf: dict[int, float] = {}
     rec_a2a = 0.0
@@ -542,6 +577,7 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
             if mname == "moe":
                 rec_a2a = 2.0
     # PP send/recv of one microbatch's activations at a stage boundary
+    t_a, tp, h = seq * job.micro_batch_size / lay.cp, lay.tp, model.hidden_size
     pp_bytes = t_a / (tp if feat.sequence_parallel else 1) * h * C.BF16
     pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
     m = max(job.num_microbatches, 1)
@@ -613,6 +649,22 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
 _PRICED_CACHE: dict[tuple, tuple[Any, dict[str, float]]] = {}
 
 
+#: embedding / logits / loss work prices, keyed on (id of the work arrays, the rates); values are read only
+_EXTRA_CACHE: dict[tuple, tuple[Any, tuple[float, float, float]]] = {}
+
+
+def _price_extra(work: dict[str, np.ndarray], r: dict[str, float], rkey: tuple) -> tuple[float, float, float]:
+    """(fwd gemm s, fwd attn s, fwd mem s) of a stage's non-layer work (:func:`_price`, memoised)."""
+    hit = _EXTRA_CACHE.get((id(work), rkey))
+    if hit is not None and hit[0] is work:
+        return hit[1]
+    g, a, e, _, _, _ = _price(work, r, {}, 0.0)
+    if len(_EXTRA_CACHE) > 50000:
+        _EXTRA_CACHE.clear()
+    _EXTRA_CACHE[(id(work), rkey)] = (work, (g, a, e))  # holds the work, so its id is not reused while cached
+    return g, a, e
+
+
 def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     """Seconds per wall for a profile (see module doc); plain dict, no pydantic (hot path of the fit/planner)."""
     job = prof.job
@@ -635,7 +687,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     graph_launch_us, host_sync_us = consts["graph_launch_us"], consts["host_sync_us"]
     sm_count = job.system.gpu.sm_count
     # everything the per-type pricing below reads besides the layer type itself (memo key, exact values)
-    pkey = (tuple(r.values()), tuple(prof.recompute_frac.items()), prof.full_recompute_frac, prof.recompute_a2a,
+    rkey = tuple(r.values())
+    pkey = (rkey, tuple(prof.recompute_frac.items()), prof.full_recompute_frac, prof.recompute_a2a,
             lay.tp, lay.cp, tp_busbw, cp_busbw, tp_overlap, splits, tp_sms, sm_count, feat.cp_comm_type,
             graph_launch_us, host_sync_us)
     for key, lt in prof.types.items():
@@ -665,7 +718,12 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         _PRICED_CACHE[(id(lt), pkey)] = (lt, priced[key])  # holds lt, so its id is not reused while cached
     stage_walls: list[dict[str, float]] = []
     ep_overlap = feat.overlap_moe_expert_parallel_comm and lay.ep > 1
+    done: dict[int, dict[str, float]] = {}  # stages shared by object (identical work) are priced once
     for st in prof.stages:
+        w = done.get(id(st))
+        if w is not None:
+            stage_walls.append(w)
+            continue
         w = {"compute": 0.0, "recompute": 0.0, "comm_tp": 0.0, "comm_cp": 0.0, "comm_ep": 0.0, "host": 0.0,
              "gemm": 0.0, "attn": 0.0, "mem": 0.0}
         a2a_tot = 0.0
@@ -685,7 +743,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
             gpu_t = q["comp"] + q["tp"] + q["cp"] + q["rec"] + (0.0 if ep_overlap else q["a2a"])
             host_gap += n * (H.host_exposed(q["host"], gpu_t, r["host_p"]) + (0.0 if ep_overlap else q["sync"]))
         if st.extra is not None:
-            g, a, e, _, _, _ = _price(st.extra, r, {}, 0.0)
+            g, a, e = _price_extra(st.extra, r, rkey)
             w["compute"] += 3 * (g + a + e)
             w["gemm"] += 3 * g
             w["mem"] += 3 * e
@@ -701,6 +759,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         w["comm_ep"] = ep_exp
         w["host"] = host_gap
         stage_walls.append(w)
+        done[id(st)] = w
     per_mb = [sum(w[k] for k in ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "host"))
               for w in stage_walls]
     steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp)
@@ -723,7 +782,10 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     }
     step = sum(walls.values())
     detail = {"gemm": m * wb["gemm"], "attention": m * wb["attn"], "memory_bound": m * wb["mem"]}
-    return {"walls": walls, "step": step, "stage_seconds": per_mb, "bottleneck": bott, "detail": detail}
+    # per stage: the walls no feature variant shortens (compute, recompute, TP, CP), for the planner's bounds
+    stage_floor = [w["compute"] + w["recompute"] + w["comm_tp"] + w["comm_cp"] for w in stage_walls]
+    return {"walls": walls, "step": step, "stage_seconds": per_mb, "bottleneck": bott, "detail": detail,
+            "stage_floor": stage_floor, "schedule": (m, prof.pp, prof.vpp)}
 
 
 def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: dict[str, float], m: int
@@ -806,6 +868,14 @@ def predict_tflops(prof: Profile, eff: Efficiency) -> float:
     return tok * prof.flops_per_token / 1e12
 
 
+def estimate_walls(job: Job, efficiency: Efficiency | str | Path | None = None) -> dict[str, Any]:
+    """:func:`evaluate` of ``job``: ``step`` is :func:`estimate_time`'s ``step_time_s`` and ``walls`` its wall
+    seconds (same values, plain floats), without the throughput / MFU / assumption fields (the planner prices every
+    variant with this and builds the full estimate only for the candidates it reports)."""
+    eff = _resolve_eff(efficiency)
+    return evaluate(build_profile(job, eff), eff)
+
+
 def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -> TimeEstimate:
     """Step time, throughput, MFU and the walls of ``job`` (see module doc)."""
     eff = _resolve_eff(efficiency)
@@ -818,7 +888,8 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     pk = K.peak_key(prof.pcls)
     mfu = {"vs_bf16_peak": tflops / gpu.peak_tflops["bf16"],
            "vs_precision_peak": tflops / gpu.peak_tflops.get(pk, gpu.peak_tflops["bf16"])}
-    walls = {k: Wall(seconds=res["walls"][k], share=res["walls"][k] / step if step else 0.0) for k in WALL_ORDER}
+    # plain dicts: validated into Wall objects in the one TimeEstimate validation (same values, one Rust call)
+    walls = {k: {"seconds": res["walls"][k], "share": res["walls"][k] / step if step else 0.0} for k in WALL_ORDER}
     dominant = max(WALL_ORDER, key=lambda k: res["walls"][k])
     assumptions = list(prof.assumptions)
     assumptions.append(f"efficiency parameters: {eff.origin}")

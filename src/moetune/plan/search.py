@@ -204,13 +204,15 @@ def _graph_variants(req: PlanRequest, recompute: dict) -> list[dict]:
     return [off, {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}]
 
 
+def _layout(lp: LayoutPoint) -> Layout:
+    return Layout(tp=lp.tp, pp=lp.pp, vpp=lp.vpp if lp.vpp > 1 else None, pipeline_layout=lp.pipeline_layout,
+                  cp=lp.cp, ep=lp.ep, etp=lp.etp)
+
+
 def _job(req: PlanRequest, lp: LayoutPoint, features: Features) -> Job:
     return Job(
         model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
-        micro_batch_size=lp.mbs, seq_length=req.seq_length,
-        layout=Layout(tp=lp.tp, pp=lp.pp, vpp=lp.vpp if lp.vpp > 1 else None, pipeline_layout=lp.pipeline_layout,
-                      cp=lp.cp, ep=lp.ep, etp=lp.etp),
-        features=features,
+        micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=_layout(lp), features=features,
     )
 
 
@@ -222,7 +224,13 @@ def _fits(mem, capacity_gib: float, headroom: float) -> tuple[bool, float]:
 
     Returns (fits, overflow GiB) where overflow = reserved + headroom - capacity.
     """
-    peak = max((getattr(s, "reserved_gib", None) or s.peak_allocated_gib) for s in mem.stages)
+    return _fits_peaks([(getattr(s, "reserved_gib", None), s.peak_allocated_gib) for s in mem.stages], capacity_gib,
+                       headroom)
+
+
+def _fits_peaks(peaks: list[tuple[float | None, float]], capacity_gib: float, headroom: float) -> tuple[bool, float]:
+    """:func:`_fits` from (reserved GiB, peak allocated GiB) per rank (:func:`moetune.perfmodel.memory.reserved_peaks`)."""
+    peak = max((r or p) for r, p in peaks)
     over = peak + headroom - capacity_gib
     return over <= 0, over
 
@@ -235,8 +243,13 @@ def plan(req: PlanRequest) -> PlanResult:
     increasing floor order, fits recompute and evaluates every feature variant, and stops as soon as a layout's
     floor exceeds the k-th best step time found: every later layout has a larger floor, so none can win.
     """
-    from moetune.perfmodel.memory import TIME_ONLY_FEATURES, estimate_memory, weight_and_optimizer_bytes
-    from moetune.perfmodel.step import estimate_time
+    from moetune.perfmodel.memory import (
+        TIME_ONLY_FEATURES,
+        estimate_memory,
+        reserved_peaks,
+        weight_and_optimizer_bytes,
+    )
+    from moetune.perfmodel.step import _resolve_eff, estimate_time, estimate_walls
     from moetune.rules import check_job
 
     t0 = time.perf_counter()
@@ -258,7 +271,18 @@ def plan(req: PlanRequest) -> PlanResult:
     best_by_layout: dict[tuple, Candidate] = {}
     base_cache: dict[tuple, Features] = {}
     state_cache: dict[tuple, float] = {}
-    mem_cache: dict[tuple, Any] = {}
+    mem_cache: dict[tuple, list] = {}  # (reserved, peak) GiB per rank
+    fit_cache: dict[tuple, tuple[bool, Job]] = {}  # fits the headroom policy, and the job it was tested on
+    full_mem: dict[tuple, Any] = {}
+    overflow_rank: dict[tuple, int] = {}  # per layout: the rank that overflowed last (tested first next time)
+    # memo tables of the hot loop (identical values, fewer pydantic objects): Features per combination of updates,
+    # their time-only-normalised twin, one Layout per layout point, step-time estimates per (layout, Features)
+    feat_cache: dict[tuple, Features] = {}
+    mem_feats: dict[int, Features] = {}
+    canon: dict[Features, Features] = {}
+    layout_cache: dict[tuple, Layout] = {}
+    time_cache: dict[tuple, Any] = {}
+    eff = _resolve_eff(None)  # what estimate_time(job) reads by default, resolved once
     GiB = 1024.0**3
     tie = itertools.count()
     time_only = {f: False for f in TIME_ONLY_FEATURES}
@@ -269,12 +293,74 @@ def plan(req: PlanRequest) -> PlanResult:
             base_cache[key] = _base_features(req.model, mode[0], lp, fsdp=mode[1])
         return base_cache[key]
 
-    def memory_of(lp: LayoutPoint, feats: Features) -> Any:
-        """Memory estimate, shared by variants that differ only in time-only features (memory.TIME_ONLY_FEATURES)."""
-        key = (lp.key(), feats.model_copy(update=time_only))
+    def features(mode: tuple[str, bool], lp: LayoutPoint, update: dict) -> Features:
+        """``base_features(mode, lp).model_copy(update=update)``, one instance per distinct value."""
+        key = (mode, lp.tp > 1, tuple(update.items()))
+        got = feat_cache.get(key)
+        if got is None:
+            got = base_features(mode, lp).model_copy(update=update)
+            got = feat_cache[key] = canon.setdefault(got, got)
+        return got
+
+    def job_of(lp: LayoutPoint, feats: Features) -> Job:
+        lk = lp.key()
+        lay = layout_cache.get(lk)
+        if lay is None:
+            lay = layout_cache[lk] = _layout(lp)
+        return Job(model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
+                   micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=lay, features=feats)
+
+    def time_of(lp: LayoutPoint, feats: Features, job: Job | None = None) -> dict:
+        """step.estimate_walls of the job (step seconds and walls), memoised per (layout, Features instance)."""
+        key = (lp.key(), id(feats))
+        got = time_cache.get(key)
+        if got is None:
+            got = time_cache[key] = estimate_walls(job or job_of(lp, feats), eff)
+        return got
+
+    def mem_key(lp: LayoutPoint, feats: Features) -> tuple:
+        """Variants that differ only in time-only features (memory.TIME_ONLY_FEATURES) share a memory estimate."""
+        norm = mem_feats.get(id(feats))
+        if norm is None:
+            norm = feats.model_copy(update=time_only)
+            norm = mem_feats[id(feats)] = canon.setdefault(norm, norm)
+        return lp.key(), id(norm)
+
+    def memory_of(lp: LayoutPoint, feats: Features) -> list:
+        """(reserved, peak allocated) GiB of every rank: what the overflow of a miss reads (memory.reserved_peaks)."""
+        key = mem_key(lp, feats)
         got = mem_cache.get(key)
         if got is None:
-            got = mem_cache[key] = estimate_memory(_job(req, lp, feats))
+            got = mem_cache[key] = list(reserved_peaks(job_of(lp, feats)))
+        return got
+
+    def fits(lp: LayoutPoint, feats: Features) -> bool:
+        """``_fits_peaks(memory_of(lp, feats))[0]``, exactly: the most-loaded rank fits iff every rank fits (x + h - c
+        is monotone in x, also in floating point), so the ranks are priced one by one and the test stops at the first
+        that overflows (the one that overflowed last for this layout is tried first)."""
+        key = mem_key(lp, feats)
+        got = fit_cache.get(key)
+        if got is None:
+            job = job_of(lp, feats)
+            lk = lp.key()
+            first = overflow_rank.get(lk, 0)
+            order = [first, *(i for i in range(lp.pp) if i != first)]
+            ok = True
+            for i, peaks in zip(order, reserved_peaks(job, order), strict=True):
+                if not _fits_peaks([peaks], capacity, headroom)[0]:
+                    overflow_rank[lk] = i
+                    ok = False
+                    break
+            got = fit_cache[key] = (ok, job)
+        return got[0]
+
+    def full_memory_of(lp: LayoutPoint, feats: Features) -> Any:
+        """The itemised estimate of the job :func:`fits` tested, built for reported candidates only."""
+        key = mem_key(lp, feats)
+        got = full_mem.get(key)
+        if got is None:
+            fits(lp, feats)
+            got = full_mem[key] = estimate_memory(fit_cache[key][1])
         return got
 
     def kth_best() -> float:
@@ -289,40 +375,39 @@ def plan(req: PlanRequest) -> PlanResult:
 
     def consider(lp: LayoutPoint, precision: str, rank: int, rec: dict, extra: dict | None = None) -> bool:
         nonlocal searched, feasible, rejected
-        base = base_features(precision, lp).model_copy(update={**rec, **(extra or {})})
+        upd = {**rec, **(extra or {})}
         any_ok = False
         lk = lp.key()
         for disp in _dispatcher_variants(req, lp):
             for gr in _graph_variants(req, rec):
-                mem = None
+                ok = None
                 for ov in _overlap_variants(req, lp, rec):
-                    feats = base.model_copy(update={**disp, **ov, **gr})
+                    feats = features(precision, lp, {**upd, **disp, **ov, **gr})
                     searched += 1
-                    if mem is None:
-                        mem = memory_of(lp, feats)
-                        fits = _fits(mem, capacity, headroom)[0]
-                    if not fits:
+                    if ok is None:
+                        ok = fits(lp, feats)
+                    if not ok:
                         break
-                    job = _job(req, lp, feats)
-                    t = estimate_time(job)
+                    job = job_of(lp, feats)
+                    step = time_of(lp, feats, job)["step"]  # = estimate_time(job).step_time_s
                     feasible += 1
                     any_ok = True
                     prev = best_by_layout.get(lk)
                     # the checker runs only where the result could matter: a new best for this layout that can
                     # still enter the reported top-K (every reported candidate has passed it)
-                    if prev is not None and t.step_time_s >= prev.step_time_s:
+                    if prev is not None and step >= prev.step_time_s:
                         continue
-                    if t.step_time_s > kth_best() and not req.exact_ranking:
+                    if step > kth_best() and not req.exact_ranking:
                         continue
                     findings = check_job(job)
                     if any(str(f.severity).startswith("error") for f in findings):
                         rejected += 1
                         continue
-                    c = Candidate(job, lp, mem, t, findings, rank)
+                    c = Candidate(job, lp, full_memory_of(lp, feats), estimate_time(job, eff), findings, rank)
                     best_by_layout[lk] = c
-                    per_layout[lk] = t.step_time_s
+                    per_layout[lk] = step
                     if prev is None:
-                        heapq.heappush(best, (-t.step_time_s, searched))
+                        heapq.heappush(best, (-step, searched))
                         if len(best) > k:
                             heapq.heappop(best)
                     if len(best_by_layout) >= 4096:  # bound memory: only the best few layouts can be reported
@@ -333,7 +418,7 @@ def plan(req: PlanRequest) -> PlanResult:
 
     floor_rank, floor_rec = rec_opts[-1]
     # pass 1: model-state floor, then one priced base job per surviving layout
-    queue: list[tuple[float, int, LayoutPoint, str]] = []
+    queue: list[tuple[float, int, LayoutPoint, tuple[str, bool], float]] = []
     for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, limits):
         layouts += 1
         for precision in _state_modes(req, lp):  # (precision, Megatron-FSDP)
@@ -341,35 +426,38 @@ def plan(req: PlanRequest) -> PlanResult:
             # model state (weights + grads + optimizer) alone: no activation feature can go below it
             skey = (precision, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
             if skey not in state_cache:
-                state_cache[skey] = max(weight_and_optimizer_bytes(_job(req, lp, base))) / GiB
+                state_cache[skey] = max(weight_and_optimizer_bytes(job_of(lp, base))) / GiB
             over = state_cache[skey] + headroom - capacity
             if over > 0:
                 pruned_mem += 1
-                note_miss(over, _job(req, lp, base.model_copy(update=floor_rec)), lp, precision)
+                note_miss(over, job_of(lp, features(precision, lp, floor_rec)), lp, precision)
                 continue
-            floor = variant_floor(estimate_time(_job(req, lp, base)))
-            queue.append((floor, len(queue), lp, precision))
+            res = estimate_walls(job_of(lp, base), eff)
+            queue.append((_walls_floor(res["walls"]), len(queue), lp, precision, _schedule_floor(res)))
     # pass 2: best-first by the variant floor
     queue.sort(key=lambda x: (x[0], x[1]))
-    for i, (floor, _, lp, precision) in enumerate(queue):
+    for i, (floor, _, lp, precision, sched_floor) in enumerate(queue):
         if floor > kth_best():
             pruned_bound += len(queue) - i
             break
-        base = base_features(precision, lp)
         # the most memory-saving recompute allowed (pruning proof: see module docstring)
-        floor_job = _job(req, lp, base.model_copy(update=floor_rec))
-        ok, over = _fits(memory_of(lp, floor_job.features), capacity, headroom)
-        if not ok:
+        floor_feats = features(precision, lp, floor_rec)
+        if not fits(lp, floor_feats):
+            over = _fits_peaks(memory_of(lp, floor_feats), capacity, headroom)[1]
             pruned_mem += 1
-            note_miss(over, floor_job, lp, precision)
+            note_miss(over, job_of(lp, floor_feats), lp, precision)
+            continue
+        if sched_floor > kth_best() and not req.exact_ranking:
+            # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip its ladder
+            pruned_bound += 1
             continue
         for rank, rec in rec_opts:
             if rank != floor_rank:
-                if not _fits(memory_of(lp, base.model_copy(update=rec)), capacity, headroom)[0]:
+                if not fits(lp, features(precision, lp, rec)):
                     continue
             if rank and len(best) >= k:
                 # recompute adds to the invariant walls: re-bound before pricing this layout's variants
-                if variant_floor(estimate_time(_job(req, lp, base.model_copy(update=rec)))) > kth_best():
+                if _walls_floor(time_of(lp, features(precision, lp, rec))["walls"]) > kth_best():
                     pruned_bound += 1
                     break
             if consider(lp, precision, rank, rec):
@@ -404,4 +492,27 @@ def variant_floor(t) -> float:
     """Lower bound on the step time of every feature variant of a layout, from its base estimate ``t``: the walls
     add up to the step and are non-negative (perfmodel.step), and the :data:`VARIANT_INVARIANT_WALLS` cannot
     shrink under any variant the search enumerates."""
-    return float(sum(t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS))
+    return _walls_floor({w: t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS})
+
+
+def _schedule_floor(res: dict) -> float:
+    """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
+    CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job; at least
+    :func:`variant_floor`.
+
+    Proof: a stage's compute, TP and CP walls do not change under these variants and recompute only adds
+    (:data:`VARIANT_INVARIANT_WALLS`), so every stage's per-microbatch time is at least its ``stage_floor`` (EP and
+    host time are >= 0) and the slowest stage's time S_max at least their maximum. The step is the steady state plus
+    the bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and
+    the optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
+    """
+    from moetune.perfmodel.schedule import pipeline_step
+
+    m, pp, vpp = res["schedule"]
+    steady, bubble = pipeline_step([max(res["stage_floor"])], m, pp, vpp)
+    return (steady + bubble + res["walls"]["comm_pp"] + res["walls"]["optimizer"]) * (1.0 - 1e-9)
+
+
+def _walls_floor(walls: dict[str, float]) -> float:
+    """:func:`variant_floor` from the wall seconds alone (:func:`moetune.perfmodel.step.estimate_walls`)."""
+    return float(sum(walls[w] for w in VARIANT_INVARIANT_WALLS))

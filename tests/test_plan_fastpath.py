@@ -1,0 +1,113 @@
+"""The planner's fast paths return what the plain evaluation returns: memoised step-time / memory pieces equal a
+cold evaluation, ``reserved_peaks`` equals ``estimate_memory``'s stages, ``estimate_walls`` equals
+``estimate_time``, the schedule bound never exceeds a variant's step time, and plans are deterministic."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.perfmodel import memory as M
+from moetune.perfmodel import step as T
+from moetune.plan import search as P
+from moetune.plan.space import SpaceLimits, enumerate_layouts
+
+
+def _clear_caches() -> None:
+    """Drop every memo of the step-time and memory models (a cold evaluation follows)."""
+    for d in (T._TYPE_CACHE, T._SUMMARY_CACHE, T._PRICED_CACHE, T._EXTRA_CACHE, M._STATIC_CACHE, M._ROW_CACHE):
+        d.clear()
+    for f in (M._stages, M._all_rank_params, M._rank_params_cached, M._chunk_signatures, M._chunk_activation_of,
+              M._graphed_io_per_microbatch, M.inflight_states, M._inflight_array):
+        f.cache_clear()
+
+
+def _req(model: str, gpus: int, gbs: int, **kw) -> P.PlanRequest:
+    return P.PlanRequest(model=get_model(model), system=get_system(kw.pop("system", "DGX-H100")), gpus=gpus,
+                         global_batch_size=gbs, seq_length=4096, dispatchers=("alltoall", "deepep", "hybridep",
+                                                                             "allgather"), **kw)
+
+
+def _variants(req: P.PlanRequest, lp, fsdp: bool = False) -> list:
+    """Every feature variant the planner can price for a layout (recompute ladder x dispatcher x graphs x overlap)."""
+    base = P._base_features(req.model, req.precisions[0], lp, fsdp=fsdp)
+    out = []
+    for _, rec in P._recompute_options(req.model, req.max_recompute):
+        for disp in P._dispatcher_variants(req, lp):
+            for gr in P._graph_variants(req, rec):
+                for ov in P._overlap_variants(req, lp, rec):
+                    out.append(P._job(req, lp, base.model_copy(update={**rec, **disp, **ov, **gr})))
+    return out
+
+
+_QWEN = _req("Qwen3-30B-A3B", 16, 512)
+_QWEN_LAYOUTS = list(enumerate_layouts(_QWEN.model, _QWEN.system, 16, 512, 4096, SpaceLimits()))
+_DSV2 = _req("DeepSeek-V2-Lite", 16, 512, precisions=("fp8_cs",))
+_DSV2_LAYOUTS = list(enumerate_layouts(_DSV2.model, _DSV2.system, 16, 512, 4096, SpaceLimits()))
+
+
+def _mem_values(est) -> list:
+    return [(s.pp_rank, s.peak_allocated_gib, s.reserved_gib, s.device_gib, s.components,
+             [(c.layers, c.params, c.activation_gib_per_microbatch, c.in_flight_at_peak) for c in s.chunks])
+            for s in est.stages]
+
+
+@pytest.mark.parametrize("req,layouts", [(_QWEN, _QWEN_LAYOUTS[::97]), (_DSV2, _DSV2_LAYOUTS[::83])])
+def test_memoised_estimates_equal_cold_ones(req, layouts):
+    jobs = [j for lp in layouts for j in _variants(req, lp)[::5]]
+    warm_t = [T.estimate_time(j).model_dump() for j in jobs]
+    warm_m = [_mem_values(M.estimate_memory(j)) for j in jobs]
+    warm_r = [list(M.reserved_peaks(j)) for j in jobs]
+    for j, t, mem, r in zip(jobs, warm_t, warm_m, warm_r, strict=True):
+        _clear_caches()
+        assert T.estimate_time(j).model_dump() == t
+        _clear_caches()
+        assert _mem_values(M.estimate_memory(j)) == mem
+        _clear_caches()
+        assert list(M.reserved_peaks(j)) == r
+
+
+@pytest.mark.parametrize("req,layouts", [(_QWEN, _QWEN_LAYOUTS[::41]), (_DSV2, _DSV2_LAYOUTS[::37])])
+def test_fast_paths_equal_the_full_estimates(req, layouts):
+    for lp in layouts:
+        for job in _variants(req, lp)[::3]:
+            est = M.estimate_memory(job)
+            peaks = [(s.reserved_gib, s.peak_allocated_gib) for s in est.stages]
+            assert list(M.reserved_peaks(job)) == peaks
+            order = list(range(len(peaks)))[::-1]
+            assert list(M.reserved_peaks(job, order)) == [peaks[i] for i in order]
+            t = T.estimate_time(job)
+            res = T.estimate_walls(job)
+            assert res["step"] == t.step_time_s
+            assert res["walls"] == {k: w.seconds for k, w in t.walls.items()}
+            assert P._walls_floor(res["walls"]) == P.variant_floor(t)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS))
+def test_schedule_floor_bounds_every_variant(lp):
+    req = _QWEN if lp in _QWEN_LAYOUTS else _DSV2
+    base = P._job(req, lp, P._base_features(req.model, req.precisions[0], lp))
+    res = T.estimate_walls(base)
+    bound = P._schedule_floor(res)
+    assert P._walls_floor(res["walls"]) <= bound / (1.0 - 1e-9) * (1 + 1e-12)
+    for job in _variants(req, lp):
+        assert bound <= T.estimate_time(job).step_time_s
+
+
+def _summary(res: P.PlanResult) -> tuple:
+    return ([(c.sort_key(), c.time.model_dump(), _mem_values(c.memory), c.recompute_rank) for c in res.candidates],
+            res.per_layout_best, [(o, j) for o, j in res.closest], res.notes)
+
+
+@pytest.mark.parametrize("kw", [dict(top=4), dict(top=6, exact_ranking=True, mbs_options=(1, 2)),
+                                dict(top=3, max_recompute="selective", precisions=("bf16", "fp8_cs"))])
+def test_plan_is_deterministic_and_cache_independent(kw):
+    req = _req("Qwen3-30B-A3B", 8, 256, **kw)
+    _clear_caches()
+    cold = _summary(P.plan(req))
+    warm = _summary(P.plan(req))
+    assert warm == cold
