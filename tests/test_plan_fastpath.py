@@ -90,12 +90,15 @@ def test_fast_paths_equal_the_full_estimates(req, layouts):
 @given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS))
 def test_schedule_floor_bounds_every_variant(lp):
     req = _QWEN if lp in _QWEN_LAYOUTS else _DSV2
-    base = P._job(req, lp, P._base_features(req.model, req.precisions[0], lp))
-    res = T.estimate_walls(base)
+    feats = P._base_features(req.model, req.precisions[0], lp)
+    res = T.estimate_walls(P._job(req, lp, feats))
+    by_disp = [T.estimate_walls(P._job(req, lp, feats.model_copy(update=d))) for d in P._dispatcher_variants(req, lp)]
     bound = P._schedule_floor(res)
+    bound_ep = P._schedule_floor(res, by_disp)
     assert P._walls_floor(res["walls"]) <= bound / (1.0 - 1e-9) * (1 + 1e-12)
+    assert bound <= bound_ep
     for job in _variants(req, lp):
-        assert bound <= T.estimate_time(job).step_time_s
+        assert bound_ep <= T.estimate_time(job).step_time_s
 
 
 def _summary(res: P.PlanResult) -> tuple:

@@ -758,6 +758,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
             ep_exp += (a2a_tot - ep_exp) * sm_frac / max(1 - sm_frac, 1e-3)
         w["comm_ep"] = ep_exp
         w["host"] = host_gap
+        w["a2a_total"] = a2a_tot  # EP dispatch/combine before any hiding (not a wall; for the planner's bounds)
         stage_walls.append(w)
         done[id(st)] = w
     per_mb = [sum(w[k] for k in ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "host"))
@@ -785,7 +786,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     # per stage: the walls no feature variant shortens (compute, recompute, TP, CP), for the planner's bounds
     stage_floor = [w["compute"] + w["recompute"] + w["comm_tp"] + w["comm_cp"] for w in stage_walls]
     return {"walls": walls, "step": step, "stage_seconds": per_mb, "bottleneck": bott, "detail": detail,
-            "stage_floor": stage_floor, "schedule": (m, prof.pp, prof.vpp)}
+            "stage_floor": stage_floor, "stage_a2a": [w["a2a_total"] for w in stage_walls], "ep_eff": r["ep_eff"],
+            "schedule": (m, prof.pp, prof.vpp)}
 
 
 def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: dict[str, float], m: int

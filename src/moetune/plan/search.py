@@ -432,7 +432,7 @@ def plan(req: PlanRequest) -> PlanResult:
                 pruned_mem += 1
                 note_miss(over, job_of(lp, features(precision, lp, floor_rec)), lp, precision)
                 continue
-            res = estimate_walls(job_of(lp, base), eff)
+            res = time_of(lp, features(precision, lp, {}))  # the base job (memoised: pass 2 prices it again)
             queue.append((_walls_floor(res["walls"]), len(queue), lp, precision, _schedule_floor(res)))
     # pass 2: best-first by the variant floor
     queue.sort(key=lambda x: (x[0], x[1]))
@@ -447,7 +447,9 @@ def plan(req: PlanRequest) -> PlanResult:
             pruned_mem += 1
             note_miss(over, job_of(lp, floor_feats), lp, precision)
             continue
-        if sched_floor > kth_best() and not req.exact_ranking:
+        if not req.exact_ranking and (sched_floor > kth_best() or _schedule_floor(
+                time_of(lp, features(precision, lp, {})), [time_of(lp, features(precision, lp, d))
+                                                          for d in _dispatcher_variants(req, lp)]) > kth_best()):
             # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip its ladder
             pruned_bound += 1
             continue
@@ -495,21 +497,30 @@ def variant_floor(t) -> float:
     return _walls_floor({w: t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS})
 
 
-def _schedule_floor(res: dict) -> float:
+def _schedule_floor(res: dict, by_dispatcher: list[dict] | None = None) -> float:
     """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
-    CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job; at least
+    CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job and,
+    optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``); at least
     :func:`variant_floor`.
 
     Proof: a stage's compute, TP and CP walls do not change under these variants and recompute only adds
-    (:data:`VARIANT_INVARIANT_WALLS`), so every stage's per-microbatch time is at least its ``stage_floor`` (EP and
-    host time are >= 0) and the slowest stage's time S_max at least their maximum. The step is the steady state plus
-    the bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and
-    the optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
+    (:data:`VARIANT_INVARIANT_WALLS`), so every stage's per-microbatch time is at least its ``stage_floor`` plus its
+    exposed EP time (host time is >= 0). The exposed EP time of a stage (:func:`moetune.perfmodel.schedule.ep_exposed`
+    plus the flex dispatcher's SM share, >= 0) is at least (1 - ep_overlap_eff) x its dispatch/combine time
+    ``stage_a2a``, which depends only on the dispatcher (bytes and rates; not on overlap, graphs or recompute): the
+    minimum over the dispatchers bounds every variant (without ``by_dispatcher`` the EP term is 0). The slowest
+    stage's time S_max is then at least the maximum over stages of these sums. The step is the steady state plus the
+    bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and the
+    optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
     """
     from moetune.perfmodel.schedule import pipeline_step
 
     m, pp, vpp = res["schedule"]
-    steady, bubble = pipeline_step([max(res["stage_floor"])], m, pp, vpp)
+    per_stage = res["stage_floor"]
+    if by_dispatcher:
+        keep = min(max(1.0 - res["ep_eff"], 0.0), 1.0)
+        per_stage = [x + keep * min(d["stage_a2a"][p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
+    steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
     return (steady + bubble + res["walls"]["comm_pp"] + res["walls"]["optimizer"]) * (1.0 - 1e-9)
 
 
