@@ -10,8 +10,9 @@ Order of the workflow, as implemented:
    Offloading is tried only when no layout fits without it.
 3. **Retune** the features of each fitting layout (dispatcher and flex backend where the hardware gates allow,
    EP overlap and delayed wgrad, CUDA-graph scope, precision). A layout's variants are skipped without evaluation
-   only when :func:`variant_floor` of its base estimate already exceeds the k-th best step time found so far: the
-   walls no variant can shorten add up to more than a winner's whole step, so no variant can win.
+   only when a proven lower bound on all of them (:func:`variant_floor` of its base estimate, or the tighter
+   :func:`_schedule_floor`) already exceeds the k-th best step time found so far: the walls no variant can shorten
+   add up to more than a winner's whole step, so no variant can win.
 4. **Reject** what the checker rejects (any ``error*`` finding of :func:`moetune.rules.check_job`).
 5. **Rank** by predicted step time; ties prefer the smaller model parallelism, then less recompute.
 """
@@ -242,6 +243,14 @@ def plan(req: PlanRequest) -> PlanResult:
     base features once (one step-time estimate) and records :func:`variant_floor`; pass 2 visits the layouts in
     increasing floor order, fits recompute and evaluates every feature variant, and stops as soon as a layout's
     floor exceeds the k-th best step time found: every later layout has a larger floor, so none can win.
+
+    Inside pass 2 a visited layout whose :func:`_schedule_floor` (the bubble, the slowest stage and the cheapest
+    dispatcher's EP time added to the variant floor) exceeds the k-th best is not retuned: none of its variants
+    could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the counters
+    differ); its full-recompute fit is still tested, so the closest misses are unchanged (``exact_ranking`` turns
+    this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.reserved_peaks`, stopping
+    at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
+    estimate_walls`), and the full memory / time estimates are built only for the candidates kept.
     """
     from moetune.perfmodel.memory import (
         TIME_ONLY_FEATURES,
