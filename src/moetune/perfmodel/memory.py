@@ -203,10 +203,15 @@ def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, 
     per_chunk: list[float] = []
     vocab = _vocab_params_per_rank(m, tp)
     has_emb_anywhere = rank.embedding
+    split: dict[tuple[str, str], tuple[float, float, float]] = {}  # layer kinds repeat: look each up once
     for ch in rank.chunks:
         cd = ce = 0.0
         for i in ch.layers:
-            d, e, li = _layer_split(m, m.mixer_pattern[i], m.mlp_pattern[i], tp, ep, etp)
+            kind = (m.mixer_pattern[i], m.mlp_pattern[i])
+            got = split.get(kind)
+            if got is None:
+                got = split[kind] = _layer_split(m, *kind, tp, ep, etp)
+            d, e, li = got
             cd, ce, lin = cd + d, ce + e, lin + li
         if ch.embedding:
             cd += vocab
@@ -267,9 +272,10 @@ def weight_and_optimizer_bytes(job: Job) -> list[float]:
     """Weights + grads + optimizer state per PP rank (bytes) — the quantity Megatron-LM prints as
     "Theoretical memory footprints: weight and optimizer" (for its most loaded shard)."""
     out = []
+    per_job = (state_bytes(job), *shard_sizes(job))
     for rank in _stages(job.model, job.layout):
         d, e, li, _ = _rank_params(job, rank)
-        ms = _model_state(job, d, e, li, 0.0)
+        ms = _model_state(job, d, e, li, 0.0, per_job)
         out.append(ms["weights"] + ms["main_grads"] + ms["optimizer_state"])
     return out
 

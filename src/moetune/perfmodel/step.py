@@ -487,28 +487,17 @@ def _stage_works(job: Job, consts: dict, layers_per_rank: list[list[int]], emb: 
     tp = lay.tp
     vpad = model.padded_vocab_size(tp)
     stages: list[StageWork] = []
-    first: dict[tuple, tuple[int, bool]] = {}
     same: dict[tuple, StageWork] = {}
-    for p, ids in enumerate(layers_per_rank):
+    ranks, first = _stage_kinds(model, layers_per_rank, mtp, quant_on, bf16_layers)
+    for p, (counts, n_layers, dense_p, exp_p) in enumerate(ranks):
         st = StageWork()
-        kinds, dense_p, exp_p = _stage_summary(model, tuple(ids), mtp[p], quant_on, bf16_layers)
-        for (i, quant), n in kinds.items():
-            lkey = (model.mixer_pattern[i], model.mlp_pattern[i], quant)  # LayerType.key of _layer_type
-            first.setdefault(lkey, (i, quant))
-            st.layer_counts[lkey] = st.layer_counts.get(lkey, 0.0) + n
-        st.layers = len(ids) + mtp[p]
-        wl = K.WorkList()
+        st.layer_counts = dict(counts)
+        st.layers = n_layers
         kern = 0.0
         if emb[p]:
-            wl.mem(t_a / tp * h * K.BF16_BYTES * 2, tag="other", layer=-1)
             kern += consts["kernels_per_layer"]["embedding_loss"] / 2
             dense_p += vpad * h
         if loss[p]:
-            share = (1 + n_mtp) if n_mtp else 1
-            f = rest_fwd
-            wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp / share, 1.0), h, quant=False, tag="logits", layer=-1)
-            # logits written in BF16, fused cross-entropy reads them and writes FP32 grads
-            wl.mem(t_a * share * vpad / tp * (2 * K.BF16_BYTES + 4.0), tag="logits", layer=-1)
             kern += consts["kernels_per_layer"]["embedding_loss"] / 2
             if model.untie_embeddings_and_output_weights or lay.pp > 1:
                 dense_p += vpad * h
@@ -517,6 +506,16 @@ def _stage_works(job: Job, consts: dict, layers_per_rank: list[list[int]], emb: 
         xkey = (_model_key(model), "extra", seq, job.micro_batch_size, lay.cp, tp, emb[p], loss[p], id(consts))
         xhit = _SUMMARY_CACHE.get(xkey)
         if xhit is None or xhit[1][1] is not consts:
+            wl = K.WorkList()
+            if emb[p]:
+                wl.mem(t_a / tp * h * K.BF16_BYTES * 2, tag="other", layer=-1)
+            if loss[p]:
+                share = (1 + n_mtp) if n_mtp else 1
+                f = rest_fwd
+                wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp / share, 1.0), h, quant=False, tag="logits",
+                        layer=-1)
+                # logits written in BF16, fused cross-entropy reads them and writes FP32 grads
+                wl.mem(t_a * share * vpad / tp * (2 * K.BF16_BYTES + 4.0), tag="logits", layer=-1)
             xhit = _SUMMARY_CACHE[xkey] = (model, (wl.arrays(), consts))
         st.extra = xhit[1][0]
         st.extra_kernels = kern
@@ -527,8 +526,35 @@ def _stage_works(job: Job, consts: dict, layers_per_rank: list[list[int]], emb: 
         stages.append(same.setdefault(sig, st))
     if len(_SUMMARY_CACHE) > 200000:
         _SUMMARY_CACHE.clear()
-    _SUMMARY_CACHE[key] = (model, (stages, list(first.values()), consts))
-    return stages, list(first.values())
+    _SUMMARY_CACHE[key] = (model, (stages, first, consts))
+    return stages, first
+
+
+def _stage_kinds(model: ModelArch, layers_per_rank: list[list[int]], mtp: list[int], quant_on: bool,
+                 bf16_layers: frozenset[int]) -> tuple[list[tuple[dict, int, float, float]], list[tuple[int, bool]]]:
+    """Per PP rank: ({LayerType.key: count}, layers, dense params, expert params) before TP/EP sharding and the edge
+    (embedding / output) params, plus the (first layer index, quantised) of each layer kind in first-seen order.
+    Depends on the layer split only (not on TP, CP, EP or the batch): memoised for every layout with that split."""
+    split = tuple(tuple(ids) for ids in layers_per_rank)
+    key = (_model_key(model), "stage_kinds", split, tuple(mtp), quant_on, bf16_layers)
+    hit = _SUMMARY_CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    first: dict[tuple, tuple[int, bool]] = {}
+    ranks = []
+    for p, ids in enumerate(split):
+        kinds, dense_p, exp_p = _stage_summary(model, ids, mtp[p], quant_on, bf16_layers)
+        counts: dict[tuple, float] = {}
+        for (i, quant), n in kinds.items():
+            lkey = (model.mixer_pattern[i], model.mlp_pattern[i], quant)  # LayerType.key of _layer_type
+            first.setdefault(lkey, (i, quant))
+            counts[lkey] = counts.get(lkey, 0.0) + n
+        ranks.append((counts, len(ids) + mtp[p], dense_p, exp_p))
+    out = (ranks, list(first.values()))
+    if len(_SUMMARY_CACHE) > 200000:
+        _SUMMARY_CACHE.clear()
+    _SUMMARY_CACHE[key] = (model, out)
+    return out
 
 
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:

@@ -372,6 +372,15 @@ def plan(req: PlanRequest) -> PlanResult:
             got = full_mem[key] = estimate_memory(fit_cache[key][1])
         return got
 
+    def ep_floor(lp: LayoutPoint, precision: tuple[str, bool]) -> float:
+        """:func:`_schedule_floor` with the EP term of the cheapest dispatcher. The base job's own dispatcher is
+        one of them, so its bound (already priced) is an upper limit: the others are priced only when that one
+        exceeds the k-th best (otherwise the minimum cannot either)."""
+        base = time_of(lp, features(precision, lp, {}))
+        if _schedule_floor(base, [base]) <= kth_best():
+            return _schedule_floor(base)
+        return _schedule_floor(base, [time_of(lp, features(precision, lp, d)) for d in _dispatcher_variants(req, lp)])
+
     def kth_best() -> float:
         return -best[0][0] if len(best) >= k else float("inf")
 
@@ -456,9 +465,7 @@ def plan(req: PlanRequest) -> PlanResult:
             pruned_mem += 1
             note_miss(over, job_of(lp, floor_feats), lp, precision)
             continue
-        if not req.exact_ranking and (sched_floor > kth_best() or _schedule_floor(
-                time_of(lp, features(precision, lp, {})), [time_of(lp, features(precision, lp, d))
-                                                          for d in _dispatcher_variants(req, lp)]) > kth_best()):
+        if not req.exact_ranking and (sched_floor > kth_best() or ep_floor(lp, precision) > kth_best()):
             # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip its ladder
             pruned_bound += 1
             continue
