@@ -174,7 +174,17 @@ def _mtp_split(model: ModelArch, tp: int, ep: int, etp: int) -> tuple[float, flo
 
 @lru_cache(maxsize=32768)
 def _stages(model: ModelArch, layout) -> tuple[PipelineRank, ...]:
-    return tuple(pipeline_stages(model, layout))
+    return _pipeline_ranks(model, layout.model_copy(update=_MESH_DEFAULTS))
+
+
+#: Layout fields that do not place layers on pipeline ranks (pipeline_stages reads only the PP / VPP fields)
+_MESH_DEFAULTS = {"tp": 1, "cp": 1, "ep": 1, "etp": None}
+
+
+@lru_cache(maxsize=4096)
+def _pipeline_ranks(model: ModelArch, pipeline_layout) -> tuple[PipelineRank, ...]:
+    """pipeline_stages of a layout with its mesh fields at their defaults: one split for every TP/CP/EP/ETP."""
+    return tuple(pipeline_stages(model, pipeline_layout))
 
 
 @lru_cache(maxsize=2048)
