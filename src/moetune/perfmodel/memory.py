@@ -581,12 +581,17 @@ _STATIC_CACHE: dict[tuple, tuple] = {}
 _STATIC_KEY = "_moetune_mem_static_key"
 
 
-def _static_features_key(f) -> tuple:
-    """Every Features value except :data:`ACTIVATION_ONLY_FEATURES`, cached on the instance (like its hash)."""
+_STATIC_KEYS: dict[tuple, tuple] = {}
+
+
+def _static_features_key(f) -> int:
+    """Identity of every Features value except :data:`ACTIVATION_ONLY_FEATURES` (equal values share one interned
+    tuple, kept for the process, so its id is never reused), cached on the instance like its hash."""
     d = f.__dict__
     key = d.get(_STATIC_KEY)
     if key is None:
-        key = d[_STATIC_KEY] = tuple(d[k] for k in type(f).model_fields if k not in ACTIVATION_ONLY_FEATURES)
+        vals = tuple(d[k] for k in type(f).model_fields if k not in ACTIVATION_ONLY_FEATURES)
+        key = d[_STATIC_KEY] = id(_STATIC_KEYS.setdefault(vals, vals))
     return key
 
 

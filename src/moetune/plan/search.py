@@ -290,6 +290,7 @@ def plan(req: PlanRequest) -> PlanResult:
     mem_feats: dict[int, Features] = {}
     canon: dict[Features, Features] = {}
     layout_cache: dict[tuple, Layout] = {}
+    job_cache: dict[tuple, Job] = {}  # per (layout, Features instance); the instance check guards against id reuse
     time_cache: dict[tuple, Any] = {}
     eff = _resolve_eff(None)  # what estimate_time(job) reads by default, resolved once
     GiB = 1024.0**3
@@ -313,11 +314,16 @@ def plan(req: PlanRequest) -> PlanResult:
 
     def job_of(lp: LayoutPoint, feats: Features) -> Job:
         lk = lp.key()
+        got = job_cache.get((lk, id(feats)))
+        if got is not None and got.features is feats:
+            return got
         lay = layout_cache.get(lk)
         if lay is None:
             lay = layout_cache[lk] = _layout(lp)
-        return Job(model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
-                   micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=lay, features=feats)
+        got = job_cache[(lk, id(feats))] = Job(
+            model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
+            micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=lay, features=feats)
+        return got
 
     def time_of(lp: LayoutPoint, feats: Features, job: Job | None = None) -> dict:
         """step.estimate_walls of the job (step seconds and walls), memoised per (layout, Features instance)."""
