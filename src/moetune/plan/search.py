@@ -378,11 +378,12 @@ def plan(req: PlanRequest) -> PlanResult:
             got = full_mem[key] = estimate_memory(fit_cache[key][1])
         return got
 
-    def ep_floor(lp: LayoutPoint, precision: tuple[str, bool]) -> float:
-        """:func:`_schedule_floor` with the EP term of the cheapest dispatcher. The base job's own dispatcher is
-        one of them, so its bound (already priced) is an upper limit: the others are priced only when that one
-        exceeds the k-th best (otherwise the minimum cannot either)."""
-        base = time_of(lp, features(precision, lp, {}))
+    def ep_floor(lp: LayoutPoint, precision: tuple[str, bool], rec: dict | None = None) -> float:
+        """:func:`_schedule_floor` of the variants with recompute ``rec`` (default none) with the EP term of the
+        cheapest dispatcher (its dispatch/combine time does not depend on recompute, so the dispatchers are priced
+        without). The base job's own dispatcher is one of them, so its bound (already priced) is an upper limit: the
+        others are priced only when that one exceeds the k-th best (otherwise the minimum cannot either)."""
+        base = time_of(lp, features(precision, lp, rec or {}))
         if _schedule_floor(base, [base]) <= kth_best():
             return _schedule_floor(base)
         return _schedule_floor(base, [time_of(lp, features(precision, lp, d)) for d in _dispatcher_variants(req, lp)])
@@ -397,7 +398,10 @@ def plan(req: PlanRequest) -> PlanResult:
         if req.allow_offload:
             offload_queue.append((over, lp, precision))
 
-    def consider(lp: LayoutPoint, precision: str, rank: int, rec: dict, extra: dict | None = None) -> bool:
+    def consider(lp: LayoutPoint, precision: str, rank: int, rec: dict, extra: dict | None = None,
+                 dry: bool = False) -> bool:
+        """Price and record the feature variants of a layout with recompute ``rec``; True when any fits. ``dry``:
+        only that answer (for an option none of whose variants could be recorded)."""
         nonlocal searched, feasible, rejected
         upd = {**rec, **(extra or {})}
         any_ok = False
@@ -407,9 +411,13 @@ def plan(req: PlanRequest) -> PlanResult:
                 ok = None
                 for ov in _overlap_variants(req, lp, rec):
                     feats = features(precision, lp, {**upd, **disp, **ov, **gr})
-                    searched += 1
                     if ok is None:
                         ok = fits(lp, feats)
+                    if dry:
+                        if ok:
+                            return True
+                        break
+                    searched += 1
                     if not ok:
                         break
                     job = job_of(lp, feats)
@@ -471,7 +479,7 @@ def plan(req: PlanRequest) -> PlanResult:
             pruned_mem += 1
             note_miss(over, job_of(lp, floor_feats), lp, precision)
             continue
-        if not req.exact_ranking and (sched_floor > kth_best() or ep_floor(lp, precision) > kth_best()):
+        if SCHEDULE_BOUND and not req.exact_ranking and (sched_floor > kth_best() or ep_floor(lp, precision) > kth_best()):
             # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip its ladder
             pruned_bound += 1
             continue
@@ -484,6 +492,13 @@ def plan(req: PlanRequest) -> PlanResult:
                 if _walls_floor(time_of(lp, features(precision, lp, rec))["walls"]) > kth_best():
                     pruned_bound += 1
                     break
+                if SCHEDULE_BOUND and not req.exact_ranking and ep_floor(lp, precision, rec) > kth_best():
+                    # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes on
+                    # exactly as after pricing them: it stops if any of them fits
+                    pruned_bound += 1
+                    if consider(lp, precision, rank, rec, dry=True):
+                        break
+                    continue
             if consider(lp, precision, rank, rec):
                 break  # least recompute that fits wins; more recompute only adds time
     notes: list[str] = []
@@ -504,6 +519,10 @@ def plan(req: PlanRequest) -> PlanResult:
     return PlanResult(req, cands[: max(req.top, 1)], searched, feasible, time.perf_counter() - t0, layouts,
                       pruned_mem, pruned_bound, rejected, miss, notes, per_layout)
 
+
+#: skip the retuning of layouts (and recompute options) whose :func:`_schedule_floor` exceeds the k-th best; the
+#: result is the same either way (tests/test_plan_fastpath.py compares both), only the work differs
+SCHEDULE_BOUND = True
 
 #: walls that no enumerated feature variant (dispatcher, EP overlap, delayed wgrad, CUDA graphs, more recompute)
 #: can shorten: GEMM/attention compute (a flex dispatcher only takes SMs away), recompute (the ladder only adds),
