@@ -125,3 +125,15 @@ def test_schedule_bound_skips_change_nothing(kw, monkeypatch):
     with_skips = _summary(P.plan(req))
     monkeypatch.setattr(P, "SCHEDULE_BOUND", False)
     assert _summary(P.plan(req)) == with_skips
+
+
+def test_memory_key_cached_by_another_process_is_recomputed():
+    import pickle
+
+    from moetune.spec.features import Features
+
+    f = Features(recompute_granularity="full")
+    key = M._static_features_key(f)
+    g = pickle.loads(pickle.dumps(f))  # carries the cached key along, as an unpickled job from a worker would
+    g.__dict__[M._STATIC_KEY] = (M._PROCESS_TAG + 1, key + 8)
+    assert M._static_features_key(g) == key

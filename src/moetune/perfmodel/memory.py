@@ -18,6 +18,7 @@ dataclasses.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -582,17 +583,20 @@ _STATIC_KEY = "_moetune_mem_static_key"
 
 
 _STATIC_KEYS: dict[tuple, tuple] = {}
+#: tags the ids cached on Features instances with this process (a pickled instance carries its __dict__ along)
+_PROCESS_TAG = int.from_bytes(os.urandom(8), "little")
 
 
 def _static_features_key(f) -> int:
     """Identity of every Features value except :data:`ACTIVATION_ONLY_FEATURES` (equal values share one interned
-    tuple, kept for the process, so its id is never reused), cached on the instance like its hash."""
+    tuple, kept for the process, so its id is never reused), cached on the instance like its hash; an id cached by
+    another process (an unpickled instance) is recomputed."""
     d = f.__dict__
-    key = d.get(_STATIC_KEY)
-    if key is None:
+    got = d.get(_STATIC_KEY)
+    if got is None or got[0] != _PROCESS_TAG:
         vals = tuple(d[k] for k in type(f).model_fields if k not in ACTIVATION_ONLY_FEATURES)
-        key = d[_STATIC_KEY] = id(_STATIC_KEYS.setdefault(vals, vals))
-    return key
+        got = d[_STATIC_KEY] = (_PROCESS_TAG, id(_STATIC_KEYS.setdefault(vals, vals)))
+    return got[1]
 
 
 def _rank_static(job: Job) -> tuple:
