@@ -68,3 +68,21 @@ def test_every_model_has_source_and_structure():
     assert get_model("GLM-4.5").mlp_pattern.startswith("DDDE")
     assert get_model("Llama-4-Maverick").mlp_pattern == "DE" * 24
     assert get_model("Qwen3-Next-80B-A3B").mixer_pattern == "GGGA" * 12
+
+
+def test_pickled_spec_hashes_afresh_in_the_receiving_process():
+    """The cached hash must not travel with a pickle: string hashing is salted per process."""
+    import pickle
+    import subprocess
+    import sys
+
+    from moetune.catalog.models import get_model
+
+    m = get_model("DeepSeek-V3")
+    hash(m)  # cache it here
+    blob = pickle.dumps(m)
+    assert "_moetune_hash" not in pickle.loads(blob).__dict__
+    code = ("import pickle,sys; from moetune.catalog.models import get_model; "
+            "m = pickle.loads(sys.stdin.buffer.read()); print(hash(m) == hash(get_model('DeepSeek-V3')))")
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True)
+    assert out.stdout.strip() == b"True"

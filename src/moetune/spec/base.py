@@ -27,6 +27,14 @@ class FrozenSpec(BaseModel):
             d[_HASH_KEY] = h
         return h
 
+    def __getstate__(self) -> dict:
+        """Pickle state without the cached values: a hash is only valid in the process that computed it (string
+        hashing is salted per process), so an object sent to a worker process must hash afresh there."""
+        state = super().__getstate__()
+        fields = type(self).model_fields
+        state["__dict__"] = {k: v for k, v in state["__dict__"].items() if k in fields}
+        return state
+
     def model_copy(self, *, update=None, deep: bool = False):  # type: ignore[override]
         """Copy that drops derived values cached on the instance (the hash, ``cached_property`` results), which
         pydantic's copy would otherwise carry over from the original."""
