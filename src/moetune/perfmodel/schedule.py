@@ -42,8 +42,16 @@ def tp_exposed(comm: float, gemm: float, *, overlap: bool, splits: int, sm_frac:
     if not overlap:
         return comm
     hidden = min(comm * (1 - 1 / splits), gemm)
-    contention = hidden * sm_frac / max(1.0 - sm_frac, 1e-3)
-    return comm - hidden + contention
+    return comm - hidden + sm_contention(hidden, sm_frac)
+
+
+def sm_contention(hidden: float, sm_frac: float) -> float:
+    """Compute time lost while ``hidden`` seconds of communication run concurrently on ``sm_frac`` of the SMs: the
+    overlapped kernels run on the remaining ``1 - sm_frac`` (the same rule as the TP-overlap and flex-dispatcher
+    contention of this module and step.py)."""
+    if hidden <= 0 or sm_frac <= 0:
+        return 0.0
+    return hidden * sm_frac / max(1.0 - sm_frac, 1e-3)
 
 
 def cp_exposed(comm: float, attn: float, *, cp_comm_type: str) -> float:

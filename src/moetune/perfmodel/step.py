@@ -781,7 +781,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         ep_exp = S.ep_exposed(a2a_tot, partner, m, overlap=ep_overlap, eff=r["ep_eff"])
         if ep_overlap and sm_frac > 0:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
-            ep_exp += (a2a_tot - ep_exp) * sm_frac / max(1 - sm_frac, 1e-3)
+            ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
         w["comm_ep"] = ep_exp
         w["host"] = host_gap
         w["a2a_total"] = a2a_tot  # EP dispatch/combine before any hiding (not a wall; for the planner's bounds)
@@ -848,6 +848,10 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: d
     else:
         dp_exp = S.dp_exposed(2 * rs, per_mb_compute * 2 / 3, buckets, overlap=feat.overlap_grad_reduce)
         shard = 1
+    # the hidden part still runs NCCL kernels on ``dp_overlap_sms`` SMs that the overlapped compute loses (Bridge
+    # keeps NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16 SMs free for the DP collectives, docs/domain.md section 4.4)
+    total = m * (2 * ag + rs) if feat.use_megatron_fsdp else (rs + ag if feat.use_distributed_optimizer else 2 * rs)
+    dp_exp += S.sm_contention(max(total - dp_exp, 0.0), consts.get("dp_overlap_sms", 0) / sysm.gpu.sm_count)
     opt_params = st.dense_params / shard + st.expert_params / (max(edp, 1) if shard > 1 else 1)
     opt = opt_params * consts["optimizer_bytes_per_param"] / (r["hbm"] * 1e9 * r["hbm_eff"])
     return dp_exp, opt
