@@ -128,7 +128,9 @@ def test_fsdp_pinned_gives_checked_fsdp_candidates():
     for c in res.candidates:
         f = c.job.features
         assert f.use_megatron_fsdp and f.data_parallel_sharding_strategy == "optim_grads_params"
-        assert c.layout.tp == c.layout.cp == c.layout.pp == 1
+        assert c.layout.pp == 1
+        launch = launch_for(c.job)
+        assert "CUDA_DEVICE_MAX_CONNECTIONS" not in launch["env"] or launch["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] != "1"
         cfg = job_to_config(c.job)
         assert cfg["model"]["gradient_accumulation_fusion"] is False  # Megatron-FSDP user guide
         assert not _errors(check_config(cfg))
@@ -137,9 +139,11 @@ def test_fsdp_pinned_gives_checked_fsdp_candidates():
         assert not _errors(check_config(read_bridge_config(None, launch["bridge_overrides"], base={})))
 
 
-def test_fsdp_pinned_with_model_parallelism_has_no_candidate():
-    res = plan(_req(model=get_model("Llama-3-8B"), fix={"fsdp": 1, "tp": 2}, allow_offload=False))
+def test_fsdp_pinned_with_pipeline_parallelism_has_no_candidate():
+    res = plan(_req(model=get_model("Llama-3-8B"), fix={"fsdp": 1, "pp": 2}, allow_offload=False))
     assert not res.candidates
+    tp2 = plan(_req(model=get_model("Llama-3-8B"), fix={"fsdp": 1, "tp": 2}, top=1))  # FSDP with TP is searched
+    assert tp2.candidates and tp2.candidates[0].job.features.use_megatron_fsdp
 
 
 def test_fsdp_shrinks_model_state_where_searched():
@@ -158,9 +162,9 @@ def test_dense_tp_candidates_overlap_tp_comm_moe_ones_do_not():
     assert moe.candidates and not any(c.job.features.tp_comm_overlap for c in moe.candidates)
 
 
-def test_fsdp_with_pinned_model_parallelism_is_explained(cli):
-    r = cli("plan", "--model", "Llama-3-8B", "--gpus", "8", "--gbs", "64", "--seq", "4096", "--fix", "fsdp=1,tp=2",
+def test_fsdp_with_pinned_pipeline_parallelism_is_explained(cli):
+    r = cli("plan", "--model", "Llama-3-8B", "--gpus", "8", "--gbs", "64", "--seq", "4096", "--fix", "fsdp=1,pp=2",
             "--json")
     assert r.returncode == 1, r.stderr
     info = json.loads(r.stdout)["impossible"]
-    assert "TP = CP = PP = 1" in info["summary"] and any("fsdp" in s for s in info["what_would_fit"])
+    assert "PP = 1" in info["summary"] and any("fsdp" in s for s in info["what_would_fit"])

@@ -23,6 +23,8 @@ def feature_env_reasons(job: Job) -> dict[str, tuple[str, str]]:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = ("32", "EP overlap with CUDA graphs needs > 1 connection (MLM-MoE, S:hw)")
     elif f.overlap_moe_expert_parallel_comm:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = ("32", "EP overlap runs A2A on separate streams (MLM-MoE: must be > 1)")
+    elif f.use_megatron_fsdp:
+        pass  # Megatron-FSDP needs it unset or > 1 (docs/rules.md FSDP-006); with TP/CP MLM only warns (MLM-001)
     elif f.tp_comm_overlap or lay.tp > 1:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = ("1", "TP/SP comm ordering on Hopper (D:pg, S:hw)")
     env["PYTORCH_CUDA_ALLOC_CONF"] = ("expandable_segments:True",

@@ -104,11 +104,12 @@ class PlanResult:
 
 def _state_modes(req: PlanRequest, lp: LayoutPoint) -> list[tuple[str, bool]]:
     """(precision, Megatron-FSDP) pairs searched for a layout. Megatron-FSDP (``optim_grads_params``: weights, grads
-    and optimizer state sharded over DP) is enumerated where it replaces model parallelism - TP = CP = PP = 1, the
-    layouts of Bridge's FSDP perf recipes (Llama-3 70B/8B ``use_megatron_fsdp``); with TP or CP it would need
-    ``CUDA_DEVICE_MAX_CONNECTIONS`` both 1 (TP/SP ordering) and > 1 (FSDP streams, docs/rules.md FSDP-006)."""
+    and optimizer state sharded over DP) is enumerated where it replaces pipeline parallelism - PP = 1 and DP > 1,
+    with any TP/CP, as in Bridge's FSDP perf rows (Llama-3 8B/70B at TP1, Llama-3.1 405B at TP2 on GB200). With TP
+    or CP on pre-Blackwell GPUs Megatron-LM only warns about the CUDA_DEVICE_MAX_CONNECTIONS preferences
+    (docs/rules.md MLM-001, FSDP-019); the launch leaves the variable unset as FSDP needs (FSDP-006)."""
     pinned = req.fix.get("fsdp")
-    allowed = lp.tp == lp.cp == lp.pp == 1 and lp.dp > 1
+    allowed = lp.pp == 1 and lp.dp > 1
     if pinned is not None:
         if int(pinned) and not allowed:
             return []

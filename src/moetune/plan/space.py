@@ -203,8 +203,8 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
             if gpus % (tp * cp):
                 continue
             for pp in _pick("pp", divisors(gpus // (tp * cp)), fix):
-                if pp > model.num_layers:
-                    continue
+                if pp > model.num_layers or (gpus // (tp * cp)) % pp:
+                    continue  # a pinned PP must still divide the world left after TP x CP
                 dp = gpus // (tp * cp * pp)
                 stage_world = gpus // pp
                 vpp_opts = [1] if pp == 1 else (

@@ -28,11 +28,11 @@ def suggestions_for_impossible(res) -> dict[str, Any]:
         if req.fix:
             info["what_would_fit"].append(f"drop or change --fix {req.fix}")
         return info
-    pinned_mp = {k: v for k, v in req.fix.items() if k in ("tp", "cp", "pp") and int(v) > 1}
+    pinned_mp = {k: v for k, v in req.fix.items() if k == "pp" and int(v) > 1}
     if req.fix.get("fsdp") and not res.closest and (pinned_mp or req.gpus <= 1):
-        info["summary"] = (f"Megatron-FSDP (fsdp=1) is searched only on pure data-/expert-parallel layouts "
-                           f"(TP = CP = PP = 1, DP > 1); the request pins {pinned_mp or {'gpus': req.gpus}}")
-        info["what_would_fit"].append("drop fsdp=1 from --fix, or pin tp=1,cp=1,pp=1 with it")
+        info["summary"] = (f"Megatron-FSDP (fsdp=1) is searched only without pipeline parallelism "
+                           f"(PP = 1, DP > 1); the request pins {pinned_mp or {'gpus': req.gpus}}")
+        info["what_would_fit"].append("drop fsdp=1 from --fix, or pin pp=1 with it")
         return info
     info["summary"] = (f"{res.layouts} layouts enumerated; none fits {req.system.gpu.hbm_gib:.1f} GiB with "
                        f"{req.min_headroom_gib} GiB headroom")
