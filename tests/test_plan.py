@@ -168,3 +168,23 @@ def test_fsdp_with_pinned_pipeline_parallelism_is_explained(cli):
     assert r.returncode == 1, r.stderr
     info = json.loads(r.stdout)["impossible"]
     assert "PP = 1" in info["summary"] and any("fsdp" in s for s in info["what_would_fit"])
+
+
+def test_parallel_search_finds_the_sequential_candidates():
+    """Two forked shares with a shared k-th-best bound return exactly the sequential top-K."""
+    from dataclasses import replace
+
+    req = _req(model=get_model("Qwen3-30B-A3B"), gpus=64, global_batch_size=1024, top=5)
+    par, seq = plan(replace(req, workers=2)), plan(replace(req, workers=1))
+    assert par.candidates and [c.sort_key() for c in par.candidates] == [c.sort_key() for c in seq.candidates]
+    assert par.layouts == seq.layouts
+    for key, t in seq.per_layout_best.items():
+        if t <= seq.candidates[-1].step_time_s:
+            assert par.per_layout_best[key] == pytest.approx(t, rel=1e-12)
+
+
+def test_bad_worker_count_is_one_line_error(cli, monkeypatch):
+    monkeypatch.setenv("MOETUNE_WORKERS", "many")
+    r = cli("plan", "--model", "Qwen3-30B-A3B", "--gpus", "64", "--gbs", "1024")
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert r.returncode == 2 and len(errors) == 1 and "MOETUNE_WORKERS" in errors[0] and "Traceback" not in r.stderr

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import multiprocessing
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
@@ -55,7 +57,12 @@ class PlanRequest:
     explore_graphs: bool = True
     explore_overlap: bool = True
     exact_ranking: bool = False  # check every layout's best variant (for ranking benches), not only the top-K
-    explore_fsdp: bool = True  # Megatron-FSDP (optim_grads_params) instead of the distributed optimizer, pure DP/EP
+    explore_fsdp: bool = True  # Megatron-FSDP (optim_grads_params) instead of the distributed optimizer, PP = 1
+    #: worker processes (None: ``$MOETUNE_WORKERS`` or up to 2 of the CPUs, for requests of >= 64 GPUs); see
+    #: :func:`_plan_parallel`
+    workers: int | None = None
+    #: (index, count): search only the layouts whose enumeration index is ``index`` modulo ``count``
+    partition: tuple[int, int] = (0, 1)
 
 
 @dataclass
@@ -262,7 +269,11 @@ def plan(req: PlanRequest) -> PlanResult:
     from moetune.perfmodel.step import _resolve_eff, estimate_time, estimate_walls
     from moetune.rules import check_job
 
+    n_workers = _workers(req)
+    if n_workers > 1:
+        return _plan_parallel(req, n_workers)
     t0 = time.perf_counter()
+    part_i, part_n = req.partition
     capacity = req.system.gpu.hbm_gib
     headroom = req.min_headroom_gib
     limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
@@ -390,7 +401,14 @@ def plan(req: PlanRequest) -> PlanResult:
         return _schedule_floor(base, [time_of(lp, features(precision, lp, d)) for d in _dispatcher_variants(req, lp)])
 
     def kth_best() -> float:
-        return -best[0][0] if len(best) >= k else float("inf")
+        own = -best[0][0] if len(best) >= k else float("inf")
+        if _SHARED_BOUND is not None and part_n > 1:
+            shared = _SHARED_BOUND.value
+            if own < shared:
+                with _SHARED_BOUND.get_lock():
+                    _SHARED_BOUND.value = min(_SHARED_BOUND.value, own)
+            return min(own, shared)
+        return own
 
     def note_miss(over: float, job: Job, lp: LayoutPoint, precision: str) -> None:
         heapq.heappush(closest, (-over, next(tie), job))
@@ -452,7 +470,10 @@ def plan(req: PlanRequest) -> PlanResult:
     floor_rank, floor_rec = rec_opts[-1]
     # pass 1: model-state floor, then one priced base job per surviving layout
     queue: list[tuple[float, int, LayoutPoint, tuple[str, bool], float]] = []
-    for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, limits):
+    for idx, lp in enumerate(enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size,
+                                               req.seq_length, limits)):
+        if part_n > 1 and idx % part_n != part_i:
+            continue
         layouts += 1
         for precision in _state_modes(req, lp):  # (precision, Megatron-FSDP)
             base = base_features(precision, lp)
@@ -519,6 +540,67 @@ def plan(req: PlanRequest) -> PlanResult:
     miss = [(-o, j) for o, _, j in sorted(closest, reverse=True)]
     return PlanResult(req, cands[: max(req.top, 1)], searched, feasible, time.perf_counter() - t0, layouts,
                       pruned_mem, pruned_bound, rejected, miss, notes, per_layout)
+
+
+def _workers(req: PlanRequest) -> int:
+    """Processes for this request: 1 inside a partition, for small requests (< 64 GPUs: the search takes well under
+    a second) or where ``fork`` is unavailable; else ``req.workers``, ``$MOETUNE_WORKERS`` or min(2, CPUs)."""
+    if req.partition != (0, 1) or "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    if req.workers is not None:
+        return max(1, req.workers)
+    env = os.environ.get("MOETUNE_WORKERS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            from moetune.errors import InputError
+
+            raise InputError.bad_value("MOETUNE_WORKERS", env, "a positive integer") from None
+    return min(2, os.cpu_count() or 1) if req.gpus >= 64 else 1
+
+
+#: the smallest k-th best step time any share of a parallel search has found (a shared double, set before fork):
+#: the global k-th best is at most each share's own, so pruning a share with this bound loses no global top-K member
+_SHARED_BOUND: Any = None
+
+
+def _plan_part(args: tuple[PlanRequest, int, int]) -> PlanResult:
+    req, i, n = args
+    return plan(replace(req, partition=(i, n), allow_offload=False))
+
+
+def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
+    """The same search over ``n`` interleaved shares of the enumerated layouts in forked processes, merged.
+
+    Exact: each share's search returns every layout of its share that can be in the global top-K (same proofs as
+    :func:`plan`, with the bound tightened to the smallest k-th best any share has found, :data:`_SHARED_BOUND`),
+    and the top-K of a union is the top-K of the shares' top-Ks. ``per_layout_best`` is the union of the shares'
+    (each layout is in one share) and, like the work counters, depends on how fast the shares tightened the bound;
+    the candidates do not. The closest misses are merged; offloading is tried - by the sequential search - only when
+    no share has a candidate, as in :func:`plan`.
+    """
+    global _SHARED_BOUND
+    t0 = time.perf_counter()
+    ctx = multiprocessing.get_context("fork")
+    _SHARED_BOUND = ctx.Value("d", float("inf"))
+    try:
+        with ctx.Pool(n) as pool:
+            parts = pool.map(_plan_part, [(req, i, n) for i in range(n)], chunksize=1)
+    finally:
+        _SHARED_BOUND = None
+    cands = sorted((c for p in parts for c in p.candidates), key=Candidate.sort_key)
+    if not cands and req.allow_offload:
+        return plan(replace(req, workers=1))
+    closest = sorted((m for p in parts for m in p.closest), key=lambda m: m[0])[:5]
+    per_layout: dict[tuple, float] = {}
+    for p in parts:
+        per_layout.update(p.per_layout_best)
+    notes = list(dict.fromkeys(x for p in parts for x in p.notes))
+    return PlanResult(req, cands[: max(req.top, 1)], sum(p.searched for p in parts), sum(p.feasible for p in parts),
+                      time.perf_counter() - t0, sum(p.layouts for p in parts), sum(p.pruned_memory for p in parts),
+                      sum(p.pruned_bound for p in parts), sum(p.rejected_by_check for p in parts), closest, notes,
+                      per_layout)
 
 
 #: skip the retuning of layouts (and recompute options) whose :func:`_schedule_floor` exceeds the k-th best; the
