@@ -571,6 +571,16 @@ def _plan_part(args: tuple[PlanRequest, int, int]) -> PlanResult:
     return plan(replace(req, partition=(i, n), allow_offload=False))
 
 
+def _share_child(conn, req: PlanRequest, i: int, n: int) -> None:
+    """Body of a forked share: send (True, result) or (False, exception) back to the parent."""
+    try:
+        conn.send((True, _plan_part((req, i, n))))
+    except BaseException as exc:  # noqa: BLE001 - re-raised in the parent
+        conn.send((False, exc))
+    finally:
+        conn.close()
+
+
 def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
     """The same search over ``n`` shares of the enumerated layouts (interleaved (TP, CP, EP, ETP, MBS) groups, so
     that each process builds the per-layer work of its own groups only) in forked processes, merged.
@@ -586,11 +596,26 @@ def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("fork")
     _SHARED_BOUND = ctx.Value("d", float("inf"))
+    children = []
     try:
-        with ctx.Pool(n) as pool:
-            parts = pool.map(_plan_part, [(req, i, n) for i in range(n)], chunksize=1)
+        for i in range(1, n):  # shares 1..n-1 in forked children; share 0 here, with this process's caches
+            recv, send = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_share_child, args=(send, req, i, n), daemon=True)
+            proc.start()
+            send.close()
+            children.append((proc, recv))
+        parts = [_plan_part((req, 0, n))]
+        for proc, recv in children:
+            ok, payload = recv.recv()
+            proc.join()
+            if not ok:
+                raise payload
+            parts.append(payload)
     finally:
         _SHARED_BOUND = None
+        for proc, _ in children:
+            if proc.is_alive():
+                proc.terminate()
     cands = sorted((c for p in parts for c in p.candidates), key=Candidate.sort_key)
     if not cands and req.allow_offload:
         return plan(replace(req, workers=1))
