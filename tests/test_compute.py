@@ -61,3 +61,25 @@ def test_memory_kernels_and_byte_counts():
     assert K.mamba_bytes(4096, 8, 128, 64, 64) > 0
     t = K.memory_seconds(np.array([3350e9 * 0.7]), hbm_gbs=3350, hbm_eff=0.7)
     assert abs(t[0] - 1.0) < 1e-12
+
+
+def test_wgrad_accumulation_makes_thin_expert_gemms_memory_bound():
+    """128 experts with 2,048 tokens each (EP1) vs 16 experts with 16,384 (EP8), same FLOPs per GPU: the FP32
+    main-gradient read + write of the wgrad epilogue scales with the experts held, not with the tokens."""
+    import pytest
+
+    from moetune.perfmodel.compute import gemm_bwd_seconds, gemm_seconds
+
+    kw = dict(peak_quant_tflops=1979.0, eff_quant=0.6, peak_bf16_tflops=989.0, eff_bf16=0.6, knee=128.0,
+              hbm_gbs=3350.0, hbm_eff=0.4, quant_bytes=1.0)
+
+    def total(groups: float, m: float, acc: float) -> float:
+        k, n = 2048.0, 1536.0
+        args = (np.array([2 * m * n * k * groups]), np.array([m]), np.array([n]), np.array([k]),
+                np.array([groups]), np.array([True]))
+        return float(gemm_seconds(*args, **kw)[0] + gemm_bwd_seconds(*args, **kw, grad_accum_bytes=acc)[0])
+
+    thin, fat = total(128, 2048, 8.0), total(16, 16384, 8.0)
+    assert thin > fat  # same FLOPs, eight times the weight-gradient traffic
+    assert total(128, 2048, 4.0) < thin  # BF16 main grads halve that traffic
+    assert total(16, 16384, 4.0) == pytest.approx(fat, rel=1e-3)  # compute-bound: the epilogue is hidden

@@ -131,6 +131,25 @@ def gemm_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray,
     return np.maximum(t_flop, t_mem)
 
 
+def gemm_bwd_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
+                     quant: np.ndarray, *, peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float,
+                     eff_bf16: float, knee: float, hbm_gbs: float, hbm_eff: float, quant_bytes: float,
+                     grad_accum_bytes: float) -> np.ndarray:
+    """Seconds of the backward GEMMs of each row: dgrad (dY·Wᵀ: reads dY M×N and W K×N, writes dX M×K in BF16) and
+    wgrad (Xᵀ·dY: reads X M×K and dY M×N, accumulates dW K×N into the main gradient - TE
+    ``fuse_wgrad_accumulation`` / Megatron ``gradient_accumulation_fusion`` read and write the FP32 main_grad in
+    the GEMM epilogue, ``grad_accum_bytes`` per weight), each the roofline of the forward's FLOPs and its own bytes.
+    Where the operands dominate (few tokens per expert) the weight-gradient traffic makes wgrad memory-bound."""
+    util = (m / (m + knee)) * (n / (n + knee)) * (k / (k + knee))
+    rate = np.where(quant, peak_quant_tflops * eff_quant, peak_bf16_tflops * eff_bf16) * 1e12 * util
+    t_flop = flops / rate
+    bpe = np.where(quant, quant_bytes, BF16_BYTES)
+    bw = hbm_gbs * 1e9 * hbm_eff
+    dgrad = groups * (bpe * (m * n + k * n) + BF16_BYTES * m * k) / bw
+    wgrad = groups * (bpe * (m * k + m * n) + grad_accum_bytes * k * n) / bw
+    return np.maximum(t_flop, dgrad) + np.maximum(t_flop, wgrad)
+
+
 def attention_seconds(flops: np.ndarray, *, peak_bf16_tflops: float, eff: float) -> np.ndarray:
     """Forward seconds of fused attention for Bridge-counted forward FLOPs."""
     return flops / (peak_bf16_tflops * 1e12 * eff)

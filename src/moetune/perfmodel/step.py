@@ -619,18 +619,22 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
 
 def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float], full_frac: float
            ) -> tuple[float, float, float, float, float, float]:
-    """(fwd gemm s, fwd attn s, fwd mem s, recompute fwd s, gemm s of TP-sharded kinds, fwd MoE-expert s)."""
+    """(a third of the fwd + bwd gemm s, fwd attn s, fwd mem s, recompute fwd s, a third of the fwd + bwd gemm s of
+    TP-sharded kinds, of MoE experts). GEMMs are priced per pass (forward, dgrad, wgrad with the main-gradient
+    accumulation, :func:`compute.gemm_bwd_seconds`), the rest by the 3x-forward convention of the callers."""
     gf = work["g_flops"]
     if gf.size:
-        tg = K.gemm_seconds(gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"],
-                            peak_quant_tflops=r["peak_q"], eff_quant=r["eff_q"], peak_bf16_tflops=r["peak_b"],
-                            eff_bf16=r["eff_b"], knee=r["knee"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"],
-                            quant_bytes=r["qb"])
+        kw = dict(peak_quant_tflops=r["peak_q"], eff_quant=r["eff_q"], peak_bf16_tflops=r["peak_b"],
+                  eff_bf16=r["eff_b"], knee=r["knee"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"], quant_bytes=r["qb"])
+        args = (gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"])
+        tg = K.gemm_seconds(*args, **kw)
+        tfb = (tg + K.gemm_bwd_seconds(*args, **kw, grad_accum_bytes=r["acc"])) / 3.0
     else:
-        tg = gf
+        tg = tfb = gf
     ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r["peak_b"], eff=r["attn_eff"])
     te = K.memory_seconds(work["e_bytes"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"])
     g, a, e = float(tg.sum()), float(ta.sum()), float(te.sum())
+    g_fb = float(tfb.sum())
     rec = 0.0
     if full_frac > 0:
         rec = full_frac * (g + a + e)
@@ -642,9 +646,9 @@ def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float
                 rec += frac * float(ta[work["a_tag"] == tag].sum())
             if te.size:
                 rec += frac * float(te[work["e_tag"] == tag].sum())
-    tp_kinds = float(tg[work["g_tag"] != K.TAG["experts"]].sum()) if tg.size else 0.0
-    exp = float(tg[work["g_tag"] == K.TAG["experts"]].sum()) if tg.size else 0.0
-    return g, a, e, rec, tp_kinds, exp
+    tp_kinds = float(tfb[work["g_tag"] != K.TAG["experts"]].sum()) if tg.size else 0.0
+    exp = float(tfb[work["g_tag"] == K.TAG["experts"]].sum()) if tg.size else 0.0
+    return g_fb, a, e, rec, tp_kinds, exp
 
 
 def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
@@ -667,6 +671,8 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
         "nv": job.system.nvlink_bw_gbs * eff["nvlink_eff"], "nic": job.system.scaleout_bw_gbs * eff["scaleout_eff"],
         "nv_a2a": job.system.nvlink_bw_gbs * eff.get("nvlink_a2a_eff", eff["nvlink_eff"]),
         "launch_us": eff.get(f"launch_us.{cpu}", 6.0), "qb": qb, "ep_eff": eff["ep_overlap_eff"],
+        # main-gradient accumulation in the wgrad epilogue: read + write one element per weight per microbatch
+        "acc": 2 * (4.0 if job.features.main_grads_dtype == "fp32" else 2.0),
         "host_p": eff.get("host_queue_sharpness", 4.0),
     }
 
