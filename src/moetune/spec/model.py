@@ -121,6 +121,10 @@ class ModelArch(FrozenSpec):
 
     @model_validator(mode="after")
     def _check(self) -> ModelArch:
+        # pydantic re-runs this validator whenever the instance is passed as a field value (every Job); the
+        # instance is frozen, so one successful check is enough (the mark is not a field and copies drop it)
+        if self.__dict__.get("_moetune_checked"):
+            return self
         if len(self.mixer_pattern) != self.num_layers or len(self.mlp_pattern) != self.num_layers:
             raise ValueError(
                 f"{self.name}: mixer_pattern/mlp_pattern length ({len(self.mixer_pattern)}/{len(self.mlp_pattern)})"
@@ -136,6 +140,7 @@ class ModelArch(FrozenSpec):
             raise ValueError(f"{self.name}: MoE layers need num_moe_experts and moe_ffn_hidden_size")
         if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim and self.v_head_dim):
             raise ValueError(f"{self.name}: MLA needs kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim")
+        self.__dict__["_moetune_checked"] = True
         return self
 
     # --- derived ----------------------------------------------------------------------------------------
