@@ -61,8 +61,8 @@ class PlanRequest:
     #: worker processes (None: ``$MOETUNE_WORKERS`` or up to 2 of the CPUs, for requests of >= 64 GPUs); see
     #: :func:`_plan_parallel`
     workers: int | None = None
-    #: (index, count): search only the layouts whose (TP, CP, EP, ETP, MBS) group, numbered in enumeration order,
-    #: is ``index`` modulo ``count``
+    #: (index, count): search only the layouts whose (TP, CP, EP, ETP) group, numbered in enumeration order, is
+    #: ``index`` modulo ``count``
     partition: tuple[int, int] = (0, 1)
 
 
@@ -471,9 +471,9 @@ def plan(req: PlanRequest) -> PlanResult:
     floor_rank, floor_rec = rec_opts[-1]
     # pass 1: model-state floor, then one priced base job per surviving layout
     queue: list[tuple[float, int, LayoutPoint, tuple[str, bool], float]] = []
-    groups: dict[tuple, int] = {}  # share by (TP, CP, EP, ETP, MBS): the per-layer work caches stay in one process
+    groups: dict[tuple, int] = {}  # share by (TP, CP, EP, ETP): per-layer work and model-state floors stay in one process
     for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, limits):
-        if part_n > 1 and groups.setdefault((lp.tp, lp.cp, lp.ep, lp.etp, lp.mbs), len(groups)) % part_n != part_i:
+        if part_n > 1 and groups.setdefault((lp.tp, lp.cp, lp.ep, lp.etp), len(groups)) % part_n != part_i:
             continue
         layouts += 1
         for precision in _state_modes(req, lp):  # (precision, Megatron-FSDP)
@@ -582,8 +582,8 @@ def _share_child(conn, req: PlanRequest, i: int, n: int) -> None:
 
 
 def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
-    """The same search over ``n`` shares of the enumerated layouts (interleaved (TP, CP, EP, ETP, MBS) groups, so
-    that each process builds the per-layer work of its own groups only) in forked processes, merged.
+    """The same search over ``n`` shares of the enumerated layouts (interleaved (TP, CP, EP, ETP) groups, so that
+    each process builds the per-layer work and model-state floors of its own groups only), merged.
 
     Exact: each share's search returns every layout of its share that can be in the global top-K (same proofs as
     :func:`plan`, with the bound tightened to the smallest k-th best any share has found, :data:`_SHARED_BOUND`),
