@@ -117,37 +117,43 @@ class WorkList:
         }
 
 
-def gemm_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
-                 quant: np.ndarray, *, peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float,
-                 eff_bf16: float, knee: float, hbm_gbs: float, hbm_eff: float, quant_bytes: float) -> np.ndarray:
-    """Seconds of each GEMM row (forward), roofline of tile-utilised compute and HBM traffic (module doc)."""
-    util = (m / (m + knee)) * (n / (n + knee)) * (k / (k + knee))
-    rate = np.where(quant, peak_quant_tflops * eff_quant, peak_bf16_tflops * eff_bf16) * 1e12 * util
-    t_flop = flops / rate
-    bpe = np.where(quant, quant_bytes, BF16_BYTES)
-    # bytes: A (M×K) and B (K×N) operands per group in the GEMM precision, C (M×N) written in BF16
-    nbytes = groups * (bpe * (m * k + k * n) + BF16_BYTES * m * n)
-    t_mem = nbytes / (hbm_gbs * 1e9 * hbm_eff)
-    return np.maximum(t_flop, t_mem)
+def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
+                      quant: np.ndarray, *, peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float,
+                      eff_bf16: float, knee: float, hbm_gbs: float, hbm_eff: float, quant_bytes: float,
+                      grad_accum_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(forward, backward or None) seconds of each GEMM row, every pass the roofline of the forward's FLOPs at the
+    tile-utilised rate and its own HBM bytes (module doc).
 
-
-def gemm_bwd_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
-                     quant: np.ndarray, *, peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float,
-                     eff_bf16: float, knee: float, hbm_gbs: float, hbm_eff: float, quant_bytes: float,
-                     grad_accum_bytes: float) -> np.ndarray:
-    """Seconds of the backward GEMMs of each row: dgrad (dY·Wᵀ: reads dY M×N and W K×N, writes dX M×K in BF16) and
-    wgrad (Xᵀ·dY: reads X M×K and dY M×N, accumulates dW K×N into the main gradient - TE
-    ``fuse_wgrad_accumulation`` / Megatron ``gradient_accumulation_fusion`` read and write the FP32 main_grad in
-    the GEMM epilogue, ``grad_accum_bytes`` per weight), each the roofline of the forward's FLOPs and its own bytes.
-    Where the operands dominate (few tokens per expert) the weight-gradient traffic makes wgrad memory-bound."""
+    Forward: reads A (M×K) and B (K×N) in the GEMM precision, writes C (M×N) in BF16. Backward (only with
+    ``grad_accum_bytes``): dgrad (dY·Wᵀ: reads dY M×N and W K×N, writes dX M×K in BF16) plus wgrad (Xᵀ·dY: reads
+    X M×K and dY M×N, accumulates dW K×N into the main gradient - TE ``fuse_wgrad_accumulation`` / Megatron
+    ``gradient_accumulation_fusion`` read and write the main_grad in the GEMM epilogue, ``grad_accum_bytes`` per
+    weight). Where the operands dominate (few tokens per expert) the weight-gradient traffic makes wgrad
+    memory-bound.
+    """
     util = (m / (m + knee)) * (n / (n + knee)) * (k / (k + knee))
     rate = np.where(quant, peak_quant_tflops * eff_quant, peak_bf16_tflops * eff_bf16) * 1e12 * util
     t_flop = flops / rate
     bpe = np.where(quant, quant_bytes, BF16_BYTES)
     bw = hbm_gbs * 1e9 * hbm_eff
+    fwd = np.maximum(t_flop, groups * (bpe * (m * k + k * n) + BF16_BYTES * m * n) / bw)
+    if grad_accum_bytes is None:
+        return fwd, None
     dgrad = groups * (bpe * (m * n + k * n) + BF16_BYTES * m * k) / bw
     wgrad = groups * (bpe * (m * k + m * n) + grad_accum_bytes * k * n) / bw
-    return np.maximum(t_flop, dgrad) + np.maximum(t_flop, wgrad)
+    return fwd, np.maximum(t_flop, dgrad) + np.maximum(t_flop, wgrad)
+
+
+def gemm_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
+                 quant: np.ndarray, **rates: float) -> np.ndarray:
+    """Forward seconds of each GEMM row (:func:`gemm_pass_seconds`)."""
+    return gemm_pass_seconds(flops, m, n, k, groups, quant, **rates)[0]
+
+
+def gemm_bwd_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
+                     quant: np.ndarray, *, grad_accum_bytes: float, **rates: float) -> np.ndarray:
+    """Backward (dgrad + wgrad) seconds of each GEMM row (:func:`gemm_pass_seconds`)."""
+    return gemm_pass_seconds(flops, m, n, k, groups, quant, grad_accum_bytes=grad_accum_bytes, **rates)[1]
 
 
 def attention_seconds(flops: np.ndarray, *, peak_bf16_tflops: float, eff: float) -> np.ndarray:

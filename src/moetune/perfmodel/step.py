@@ -29,6 +29,7 @@ from moetune.perfmodel import compute as K
 from moetune.perfmodel import host as H
 from moetune.perfmodel import schedule as S
 from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
+from moetune.perfmodel.memory import state_bytes
 from moetune.spec.job import Job
 from moetune.spec.model import ModelArch
 
@@ -621,14 +622,14 @@ def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float
            ) -> tuple[float, float, float, float, float, float]:
     """(a third of the fwd + bwd gemm s, fwd attn s, fwd mem s, recompute fwd s, a third of the fwd + bwd gemm s of
     TP-sharded kinds, of MoE experts). GEMMs are priced per pass (forward, dgrad, wgrad with the main-gradient
-    accumulation, :func:`compute.gemm_bwd_seconds`), the rest by the 3x-forward convention of the callers."""
+    accumulation, :func:`compute.gemm_pass_seconds`), the rest by the 3x-forward convention of the callers."""
     gf = work["g_flops"]
     if gf.size:
         kw = dict(peak_quant_tflops=r["peak_q"], eff_quant=r["eff_q"], peak_bf16_tflops=r["peak_b"],
                   eff_bf16=r["eff_b"], knee=r["knee"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"], quant_bytes=r["qb"])
         args = (gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"])
-        tg = K.gemm_seconds(*args, **kw)
-        tfb = (tg + K.gemm_bwd_seconds(*args, **kw, grad_accum_bytes=r["acc"])) / 3.0
+        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r["acc"])
+        tfb = (tg + tb) / 3.0
     else:
         tg = tfb = gf
     ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r["peak_b"], eff=r["attn_eff"])
@@ -672,7 +673,7 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
         "nv_a2a": job.system.nvlink_bw_gbs * eff.get("nvlink_a2a_eff", eff["nvlink_eff"]),
         "launch_us": eff.get(f"launch_us.{cpu}", 6.0), "qb": qb, "ep_eff": eff["ep_overlap_eff"],
         # main-gradient accumulation in the wgrad epilogue: read + write one element per weight per microbatch
-        "acc": 2 * (4.0 if job.features.main_grads_dtype == "fp32" else 2.0),
+        "acc": 2 * state_bytes(job).grad,
         "host_p": eff.get("host_queue_sharpness", 4.0),
     }
 

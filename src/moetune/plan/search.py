@@ -566,15 +566,14 @@ def _workers(req: PlanRequest) -> int:
 _SHARED_BOUND: Any = None
 
 
-def _plan_part(args: tuple[PlanRequest, int, int]) -> PlanResult:
-    req, i, n = args
+def _plan_part(req: PlanRequest, i: int, n: int) -> PlanResult:
     return plan(replace(req, partition=(i, n), allow_offload=False))
 
 
 def _share_child(conn, req: PlanRequest, i: int, n: int) -> None:
     """Body of a forked share: send (True, result) or (False, exception) back to the parent."""
     try:
-        conn.send((True, _plan_part((req, i, n))))
+        conn.send((True, _plan_part(req, i, n)))
     except BaseException as exc:  # noqa: BLE001 - re-raised in the parent
         conn.send((False, exc))
     finally:
@@ -604,7 +603,7 @@ def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
             proc.start()
             send.close()
             children.append((proc, recv))
-        parts = [_plan_part((req, 0, n))]
+        parts = [_plan_part(req, 0, n)]
         for proc, recv in children:
             ok, payload = recv.recv()
             proc.join()
