@@ -1,16 +1,17 @@
-"""Compact ../shared/data/perf/mbridge_perf_recipes.json into src/moetune/catalog/recipes.json.
+"""Compact data/perf/mbridge_perf_recipes.json.gz into src/moetune/catalog/recipes.json.
 
 Keeps, per current (HEAD) flat Bridge perf recipe: function name, model, task, GPU count, system, GPU, precision,
 variant, source file, the effective fields it sets in ConfigContainer names (model/comm_overlap/ddp/train/optimizer/
 mixed_precision/dataset) and its env vars. Values the recipe does not set ("unset_in_recipe…") and recorder
 artefacts (function reprs, stubs) are dropped. Architecture fields per model come from
-../shared/data/models/moe_model_archs.json (Bridge provider values; numeric fields only, 'unknown' dropped).
+data/models/moe_model_archs.json (Bridge provider values; numeric fields only, 'unknown' dropped).
 
-Usage: python bench/extract_recipes.py [SHARED_DATA_DIR]   (prints a size table)
+Usage: python bench/extract_recipes.py [DATA_DIR]   (prints a size table)
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sys
@@ -124,7 +125,7 @@ def layout_to_string(stages: list) -> str:
 
 
 def main(data: Path) -> None:
-    src = json.loads((data / "perf" / "mbridge_perf_recipes.json").read_text())
+    src = json.loads(gzip.decompress((data / "perf" / "mbridge_perf_recipes.json.gz").read_bytes()))
     archs = json.loads((data / "models" / "moe_model_archs.json").read_text())["models"]
     models: dict[str, dict] = {}
     recipes = []
@@ -180,7 +181,7 @@ def main(data: Path) -> None:
                 r["env_vars"] = ix[key]
             else:
                 r["config"][sec] = ix[key]
-    out = {"source": {"file": "shared/data/perf/mbridge_perf_recipes.json", "repo": src["meta"]["repo"],
+    out = {"source": {"file": "data/perf/mbridge_perf_recipes.json.gz", "repo": src["meta"]["repo"],
                       "commit": src["meta"]["head_commit"],
                       "note": "values as assigned by each flat perf recipe (stub-executed); see extractor docstring"},
            "models": models, "blocks": blocks, "recipes": recipes}
@@ -191,4 +192,4 @@ def main(data: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT.parent / "shared" / "data")
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "data")

@@ -1,14 +1,14 @@
 """Model FLOPs per token vs Megatron-Bridge's published performance tables.
 
-For every row of ``shared/data/perf/mbridge_perf_calibration.csv`` whose model resolves in the catalog, the published
+For every row of ``data/perf/mbridge_perf_calibration.csv`` whose model resolves in the catalog, the published
 model TFLOP/s/GPU divided by the published tokens/s/GPU is the FLOPs per token Bridge used (see
-``shared/docs/bridge_perf_notes.md`` §2). It is compared with :func:`moetune.perfmodel.flops.flops_per_token` at the
+``docs/bridge_perf_notes.md`` §2). It is compared with :func:`moetune.perfmodel.flops.flops_per_token` at the
 row's sequence length and TP (vocab padding), with the Bridge definition of the row's release (legacy before 26.06).
 Prints one line per row and a summary; exit code 1 if any row is off by more than the tolerance (1.5 %).
 
 Two data caveats are handled explicitly and reported, never hidden:
 * some releases print tokens/s coarsely rounded (most values multiples of 32/64, e.g. 26.04.01;
-  ``shared/docs/bridge_perf_notes.md`` §2: "treat those columns as roughly ±1 % precise"). A release is detected as
+  ``docs/bridge_perf_notes.md`` §2: "treat those columns as roughly ±1 % precise"). A release is detected as
   rounded when more than half of its tokens/s values are multiples of 32; its rows carry q = 1 % (``±q%`` column).
   A row passes when |err| <= tolerance, or when |err| <= tolerance + q (counted separately in the summary);
 * ``task == lora`` rows use Bridge's LoRA path (frozen FLOPs x 2/3 with packed-SQuAD sequence statistics that the
@@ -29,7 +29,7 @@ from moetune.catalog.models import get_model
 from moetune.errors import UnknownNameError
 from moetune.perfmodel.flops import bridge_definition_for_release, flops_per_token
 
-DEFAULT_CSV = Path(__file__).resolve().parents[2] / "shared" / "data" / "perf" / "mbridge_perf_calibration.csv"
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / "data" / "perf" / "mbridge_perf_calibration.csv"
 
 
 def _first_number(v: str) -> float | None:

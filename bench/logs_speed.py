@@ -1,7 +1,7 @@
 """Log-reader speed and memory: MB/s and peak RSS of ``read_run`` + ``summarize_run`` + ``diagnose_run``.
 
 The log is built in a temporary directory (deleted afterwards) by repeating real excerpts from
-``../shared/data/logs`` with increasing iteration numbers: Megatron-LM iteration lines (log_iteration_1,
+``data/logs`` with increasing iteration numbers: Megatron-LM iteration lines (log_iteration_1,
 log_regression_slowdown_1), Bridge terminal-wrapped iteration + memory lines and ``Step Time`` lines
 (log_bridge_iteration_memory_1), ``(min, max) time across ranks`` timer blocks (log_timers_minmax_1), NCCL INFO lines
 and traceback frames of other ranks with ``[rankN]:`` prefixes (log_nccl_timeout_1, log_dispatcher_deepep_traceback_1),

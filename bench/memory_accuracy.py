@@ -1,8 +1,8 @@
 """Memory estimate vs measured peaks: Megatron-LM functional-test goldens and the measured-memory calibration table.
 
-For every ``case_*_golden*.json`` in ../shared/data/megatron_golden (metric ``mem-max-allocated-bytes``, the
+For every ``case_*_golden*.json`` in data/megatron_golden (metric ``mem-max-allocated-bytes``, the
 cumulative torch allocated peak on the LAST rank, 8 GPUs for functional tests) and every row of
-../shared/data/measured/measured_memory_calibration.csv (its ``mem_metric`` column says what was measured), print
+data/measured/measured_memory_calibration.csv (its ``mem_metric`` column says what was measured), print
 moetune's prediction of the same quantity and the Megatron-Bridge theoretical formula (bridge_perf_notes.md §4, the
 most-loaded GPU) with relative errors, then median / worst absolute error.
 
@@ -236,7 +236,7 @@ def _summary(label: str, errs: list[float], berrs: list[float]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[1] / "data")
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"error: data folder {args.data} not found", file=sys.stderr)

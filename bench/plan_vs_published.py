@@ -3,13 +3,12 @@ layout feasible in moetune's search, where does it rank, and how far is moetune'
 prediction for the published layout?
 
 Target: the published layout is in the top 10 or within 5 % of the top-1 prediction for >= 70 % of rows.
-Reads ../shared/data/perf/mbridge_perf_calibration.csv (override with MOETUNE_SHARED).
+Reads data/perf/mbridge_perf_calibration.csv (the repo's copy of the published table).
 """
 
 from __future__ import annotations
 
 import csv
-import os
 import sys
 from pathlib import Path
 
@@ -20,8 +19,7 @@ from moetune.plan.search import PlanRequest, plan
 from moetune.spec.features import parse_precision
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("MOETUNE_SHARED", ROOT.parent / "shared"))
-CSV = SHARED / "data" / "perf" / "mbridge_perf_calibration.csv"
+CSV = ROOT / "data" / "perf" / "mbridge_perf_calibration.csv"
 
 
 def _int(x: str, default: int | None = None) -> int | None:

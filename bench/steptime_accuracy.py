@@ -1,6 +1,6 @@
 """Step-time model accuracy on the published Megatron-Bridge performance rows.
 
-For every row of ../shared/data/perf/mbridge_perf_calibration.csv whose model is in the catalog (table's own system,
+For every row of data/perf/mbridge_perf_calibration.csv whose model is in the catalog (table's own system,
 GPU count, precision label, GBS, MBS, sequence, TP/PP/CP/VP/EP; MoE rows force-balanced and dropless), prints the
 predicted vs published model TFLOP/s/GPU, the median and p90 absolute error per system and overall, a
 leave-one-model-out run (fit without a model, predict it), and the measured one-variable changes of docs/domain.md
@@ -33,7 +33,7 @@ from moetune.perfmodel.flops import flops_per_token
 from moetune.perfmodel.step import build_profile, estimate_time, evaluate
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_CSV = REPO.parent / "shared" / "data" / "perf" / "mbridge_perf_calibration.csv"
+DEFAULT_CSV = REPO / "data" / "perf" / "mbridge_perf_calibration.csv"
 
 
 def predictor(runs):
@@ -156,7 +156,7 @@ def card_checks(eff) -> None:
     from moetune.catalog.models import get_model
     from moetune.errors import MoetuneError
 
-    path = REPO.parent / "shared" / "data" / "measured" / "bridge_cards" / "bridge_cards_step_metrics.csv"
+    path = REPO / "data" / "measured" / "bridge_cards" / "bridge_cards_step_metrics.csv"
     if not path.is_file():
         return
     print("\n## Out-of-sample: Megatron-Bridge verification cards (not used in any fit)")

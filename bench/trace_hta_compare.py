@@ -1,5 +1,5 @@
 """moetune vs Holistic Trace Analysis: communication–computation overlap per rank on the NCCL traces in
-../shared/data/traces/ (HTA ``TraceAnalysis.get_comm_comp_overlap``).
+data/traces/ (HTA ``TraceAnalysis.get_comm_comp_overlap``).
 
 Usage: python bench/trace_hta_compare.py [--write-fixture]
   --write-fixture  record HTA's numbers in tests/fixtures/trace_hta_overlap.json (used by the tests when HTA is

@@ -1,6 +1,6 @@
 """moetune vs Holistic Trace Analysis on a >= 1 GB multi-rank Kineto trace built from the real ones.
 
-The job is built in a temporary directory from real Kineto traces in ../shared/data/traces (default: four of HTA's
+The job is built in a temporary directory from real Kineto traces in data/traces (default: four of HTA's
 NCCL test traces in rotation across ranks): every rank file replicates its source's events K times with timestamps
 shifted by one trace span per replica (step numbers and correlation ids renumbered so iterations stay distinct), sets
 ``distributedInfo.rank``/``world_size``, and adds a small per-rank clock offset. The directory is deleted afterwards.

@@ -1,8 +1,7 @@
-"""Shared test fixtures: the real artifacts in ../shared/data and a CLI runner."""
+"""Shared test fixtures: the real artifacts in the repo's data/ and a CLI runner."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,31 +11,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _find_shared() -> Path:
-    env = os.environ.get("MOETUNE_SHARED")
-    if env:
-        return Path(env)
-    for base in (REPO, *REPO.parents):
-        cand = base / "shared"
-        if (cand / "data").is_dir():
-            return cand
-        cand = base.parent / "shared"
-        if (cand / "data").is_dir():
-            return cand
-    return REPO.parent / "shared"
-
-
-SHARED = _find_shared()
-DATA = SHARED / "data"
+DATA = REPO / "data"  # the real third-party artifacts the tests run on (provenance: data/README.md)
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    if not DATA.is_dir():
-        if os.environ.get("CI"):
-            # CI lays a copy of shared/ beside the clone: a missing one must fail, not skip every golden test
-            pytest.fail(f"shared data not found at {DATA} (set MOETUNE_SHARED or place shared/ beside the repo)")
-        pytest.skip("../shared/data not present")
+    """The repo's data folder (named for where it was copied from; the tests never read outside the repo)."""
+    assert DATA.is_dir(), f"{DATA} missing: the repo ships its test data"
     return DATA
 
 

@@ -1,4 +1,4 @@
-"""Log readers on every real excerpt in ../shared/data/logs (values from ../shared/data/README.md section b), the
+"""Log readers on every real excerpt in data/logs (values from data/README.md section b), the
 Megatron golden-values JSON, and synthetic robustness cases (wrapping, ANSI, ranks, restarts, config dumps)."""
 
 from __future__ import annotations

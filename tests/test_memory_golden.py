@@ -1,4 +1,4 @@
-"""Golden check: last-rank peak allocated of Megatron-LM functional tests (../shared/data/megatron_golden, 8 GPUs)
+"""Golden check: last-rank peak allocated of Megatron-LM functional tests (data/megatron_golden, 8 GPUs)
 within 20 % (the issue's worst-case target). bench/memory_accuracy.py prints the full table."""
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import pytest
 import yaml
 
@@ -196,7 +197,7 @@ def test_bridge_perf_recipe_layouts(shared_data):
     from moetune.errors import UnknownNameError
     from moetune.spec.pipeline import layout_to_str
 
-    data = json.loads((shared_data / "perf" / "mbridge_perf_recipes.json").read_text())
+    data = json.loads(gzip.decompress((shared_data / "perf" / "mbridge_perf_recipes.json.gz").read_bytes()))
     checked = 0
     forms = set()
     for name, entry in data["models"].items():

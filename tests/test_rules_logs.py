@@ -1,5 +1,5 @@
-"""The assertion messages of ../shared/data/logs/log_assert_*.txt, reproduced by checking the config that produced
-them (reconstructed from the message and the source issue named in shared/data/README.md)."""
+"""The assertion messages of data/logs/log_assert_*.txt, reproduced by checking the config that produced
+them (reconstructed from the message and the source issue named in data/README.md)."""
 
 from __future__ import annotations
 

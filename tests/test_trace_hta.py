@@ -1,4 +1,4 @@
-"""Side by side with Holistic Trace Analysis (get_comm_comp_overlap) on the NCCL traces in ../shared/data/traces.
+"""Side by side with Holistic Trace Analysis (get_comm_comp_overlap) on the NCCL traces in data/traces.
 
 HTA runs live when importable (on the small 2-rank job); otherwise, and for the larger traces, the numbers recorded
 with HTA by ``bench/trace_hta_compare.py --write-fixture`` are used (tests/fixtures/trace_hta_overlap.json).

@@ -1,5 +1,5 @@
 """Nsight Systems readers: SQLite export (schema of nsys 2024-2026 exports, rows in random order) and the recipe
-outputs shipped in ../shared/data/traces (nvtx_pushpop_trace CSV.xz, nvtx_gpu_proj_trace / device-metadata parquet)."""
+outputs shipped in data/traces (nvtx_pushpop_trace CSV.xz, nvtx_gpu_proj_trace / device-metadata parquet)."""
 
 from __future__ import annotations
 

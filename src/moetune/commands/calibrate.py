@@ -1,6 +1,6 @@
 """``moetune calibrate FILE.csv``: fit the step-time model's efficiency parameters to measured runs.
 
-The CSV has the columns of ``shared/data/perf/mbridge_perf_calibration.csv`` (model, system, num_gpus, precision,
+The CSV has the columns of ``data/perf/mbridge_perf_calibration.csv`` (model, system, num_gpus, precision,
 gbs, mbs, seq_len, tp, pp, cp, vp, ep, model_tflops_per_gpu; optional etp, fsdp, release, status). Features not in
 the CSV come from the Megatron-Bridge perf recipe for that model/system/precision when one exists. The fitted file
 is the format of ``moetune/catalog/efficiency.yaml``; pass it back with ``--efficiency FILE`` (or the

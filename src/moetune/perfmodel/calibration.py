@@ -218,7 +218,7 @@ def fit(
 
 
 # --------------------------------------------------------------------------------------------------------------
-# measured runs (columns of shared/data/perf/mbridge_perf_calibration.csv)
+# measured runs (columns of data/perf/mbridge_perf_calibration.csv)
 # --------------------------------------------------------------------------------------------------------------
 
 REQUIRED_COLUMNS = ("model", "system", "num_gpus", "precision", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "ep",

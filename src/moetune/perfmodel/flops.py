@@ -4,7 +4,7 @@ Source: Megatron-Bridge ``src/megatron/bridge/training/utils/flop_utils.py::num_
 (HEAD 067f987df0): ``transformer_flops`` for GPT/MoE/MLA/GDN models and ``hybrid_flops`` for Megatron hybrid
 stacks (Nemotron-H / Nemotron-3, one mixer *or* one MLP per layer). Both count GEMM FLOPs at 2 per multiply-add,
 forward + 2x backward (factor 3), with fixed-length sequences (core factor c = s). Summary in
-``shared/docs/bridge_perf_notes.md`` §1.
+``docs/bridge_perf_notes.md`` §1.
 
 Per token and layer, *forward*, with h hidden, g = 3 (GLU) or 2, s sequence length:
 

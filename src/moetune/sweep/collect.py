@@ -11,7 +11,7 @@ way is 'unverified' (reported; the run can still win only if nothing contradicts
 Winner per phase: the fastest accepted run by steady-window step time, kept only when the A/B verdict against the
 phase reference is an improvement beyond noise (``compare_runs``' bootstrap interval); otherwise the reference stays.
 Outputs: ``collect/results.json``, ``collect/runs.csv`` (every run, predicted vs measured, with the columns of
-``shared/data/perf/mbridge_perf_calibration.csv`` plus predicted/measured pairs and acceptance) and
+``data/perf/mbridge_perf_calibration.csv`` plus predicted/measured pairs and acceptance) and
 ``collect/calibration.csv`` (the accepted runs with a measured model TFLOP/s: the input of ``moetune calibrate``).
 """
 
