@@ -2,14 +2,17 @@
 
 For every row of data/perf/mbridge_perf_calibration.csv whose model is in the catalog (table's own system,
 GPU count, precision label, GBS, MBS, sequence, TP/PP/CP/VP/EP; MoE rows force-balanced and dropless), prints the
-predicted vs published model TFLOP/s/GPU, the median and p90 absolute error per system and overall, a
-leave-one-model-out run (fit without a model, predict it), and the measured one-variable changes of docs/domain.md
+predicted vs published model TFLOP/s/GPU, the median and p90 absolute error per system, model and release, and the measured one-variable changes of docs/domain.md
 (EP overlap on Qwen3-30B-A3B 16×H100, TP 4→8 and `mlp` recompute on Llama-3-70B).
 
-    python bench/steptime_accuracy.py [--csv FILE] [--refit] [--write-catalog] [--quick]
+    python bench/steptime_accuracy.py [--csv FILE] [--refit] [--write-catalog] [--folds system,model,release] [--rows]
 
-``--refit`` fits the efficiency parameters on all rows first (else the shipped catalog values are used);
-``--write-catalog`` stores the full-data fit in src/moetune/catalog/efficiency.yaml.
+Next to the in-sample error it prints the held-out error of three cross-validation kinds, per system, per model
+and per release: leave-one-system-out (LOSO), leave-one-model-out (LOMO) and leave-one-release-out (LORO). Each
+fold refits the efficiency parameters from their documented priors on the other folds with the library's fit
+(moetune.perfmodel.calibration.fit_runs, the fit of ``moetune calibrate``) and predicts the held-out rows.
+``--refit`` shows the in-sample figures of a fresh full-data fit (else the shipped catalog values);
+``--write-catalog`` stores that fit in src/moetune/catalog/efficiency.yaml.
 """
 
 from __future__ import annotations
@@ -23,32 +26,20 @@ from pathlib import Path
 import numpy as np
 
 from moetune.perfmodel.calibration import (
+    FOLD_KINDS,
+    RunPredictor,
     build_published_job,
+    cross_validate,
     default_efficiency,
-    fit,
+    fit_runs,
     read_measured_csv,
     save_efficiency,
 )
-from moetune.perfmodel.flops import flops_per_token
-from moetune.perfmodel.step import build_profile, estimate_time, evaluate
+from moetune.perfmodel.step import estimate_time
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = REPO / "data" / "perf" / "mbridge_perf_calibration.csv"
-
-
-def predictor(runs):
-    profiles = [build_profile(r.job) for r in runs]
-    fpt = [flops_per_token(r.job.model, r.job.seq_length, r.job.layout.tp, r.definition).total for r in runs]
-
-    def predict(eff, idx=None):
-        out = []
-        for i in (range(len(runs)) if idx is None else idx):
-            job = runs[i].job
-            step = evaluate(profiles[i], eff)["step"]
-            out.append(job.global_batch_size * job.seq_length / (step * job.gpus) * fpt[i] / 1e12)
-        return np.asarray(out)
-
-    return predict
+FOLD_LABEL = {"system": "LOSO", "model": "LOMO", "release": "LORO"}
 
 
 def pct(a, b):
@@ -60,91 +51,159 @@ def summary(errs):
     return float(np.median(a)), float(np.percentile(a, 90)), len(a)
 
 
+def _cell(errs) -> str:
+    if len(errs) == 0:
+        return f"{'-':>13}"
+    md, p9, _ = summary(np.asarray(errs))
+    return f"{md:6.1f} {p9:6.1f}"
+
+
+def fold_table(title: str, groups: dict[str, list[int]], columns: dict[str, np.ndarray]) -> None:
+    """One line per group: n, then median / p90 |error| % of each column (in-sample and each held-out kind)."""
+    print(f"\n## {title}: |error| of model TFLOP/s/GPU, median and p90 %")
+    head = " ".join(f"{c:>13}" for c in columns)
+    print(f"{'':<26} {'n':>4} {head}")
+    print(f"{'':<26} {'':>4} " + " ".join(f"{'med':>6} {'p90':>6}" for _ in columns))
+    for g in sorted(groups):
+        idx = groups[g]
+        print(f"{g[:26]:<26} {len(idx):>4} " + " ".join(_cell(col[idx]) for col in columns.values()))
+    n = len(next(iter(columns.values())))
+    print(f"{'overall':<26} {n:>4} " + " ".join(_cell(col) for col in columns.values()))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default=str(DEFAULT_CSV))
-    ap.add_argument("--refit", action="store_true")
-    ap.add_argument("--write-catalog", action="store_true")
-    ap.add_argument("--quick", action="store_true", help="fewer fit iterations")
+    ap.add_argument("--refit", action="store_true", help="in-sample figures of a fresh fit (else the shipped values)")
+    ap.add_argument("--write-catalog", action="store_true",
+                    help="store the full-data fit in catalog/efficiency.yaml (implies --refit)")
+    ap.add_argument("--folds", default="system,model,release",
+                    help="held-out fold kinds to run (comma list of system, model, release; '' for none)")
+    ap.add_argument("--rows", action="store_true", help="print every row")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     runs, skipped = read_measured_csv(args.csv, job_builder=build_published_job)
-    meas = np.array([r.tflops for r in runs])
-    predict = predictor(runs)
-    eff = default_efficiency()
-    nfev = 25 if args.quick else 80
-    if args.refit:
-        res = fit(lambda e: predict(e), meas, eff, max_nfev=nfev)
-        eff = res.efficiency
-    pred = predict(eff)
-    err = pct(pred, meas)
+    base = default_efficiency()
+    pred = RunPredictor(runs, base)
+    meas = pred.measured
+    eff = base
+    if args.refit or args.write_catalog:
+        eff = fit_runs(pred, base).efficiency
+    p_in = pred(eff)
+    err = pct(p_in, meas)
     print(f"# Step-time accuracy on {Path(args.csv).name}: {len(runs)} runs, {len(skipped)} rows skipped")
-    print(f"# efficiency: {eff.origin}{' (refit on all rows)' if args.refit else ''}")
-    print()
-    print(f"{'row':<64} {'status':<10} {'prec':<7} {'layout':<26} {'pub':>7} {'pred':>7} {'err%':>7}  wall")
-    for r, p, e in zip(runs, pred, err, strict=True):
-        lay = r.job.layout
-        ls = f"TP{lay.tp} PP{lay.pp} VP{lay.vpp or 1} CP{lay.cp} EP{lay.ep} MBS{r.job.micro_batch_size}"
-        dom = estimate_time(r.job, eff).dominant_wall
-        st = "current" if r.status == "current" else "supersed."
-        print(f"{r.label[:64]:<64} {st:<10} {r.precision_label[:7]:<7} {ls:<26} {r.tflops:7.0f} {p:7.0f} {e:+7.1f}  "
-              f"{dom}")
-    print()
-    print("## Absolute error of model TFLOP/s/GPU")
-    print(f"{'system':<12} {'n':>4} {'median %':>9} {'p90 %':>8}")
-    by_sys = defaultdict(list)
-    for r, e in zip(runs, err, strict=True):
-        by_sys[r.system].append(e)
-    for s in sorted(by_sys):
-        md, p9, n = summary(np.array(by_sys[s]))
-        print(f"{s:<12} {n:>4} {md:9.1f} {p9:8.1f}")
-    md, p9, n = summary(err)
-    print(f"{'overall':<12} {n:>4} {md:9.1f} {p9:8.1f}")
-    cur = np.array([e for r, e in zip(runs, err, strict=True) if r.status == "current"])
-    if cur.size:
-        md_c, p9_c, n_c = summary(cur)
-        print(f"{'current only':<12} {n_c:>4} {md_c:9.1f} {p9_c:8.1f}")
+    print(f"# in-sample efficiency: {eff.origin}{' (refit on all rows from the priors)' if eff is not base else ''}")
+    print("# held-out folds: fit from the priors on the other folds (perfmodel.calibration.cross_validate), "
+          "predict the fold")
+    cols: dict[str, np.ndarray] = {"in-sample": err}
+    cvs = {}
+    for kind in [k for k in args.folds.split(",") if k]:
+        cv = cross_validate(pred, base, kind)
+        cvs[kind] = cv
+        cols[FOLD_LABEL[kind]] = pct(cv.predicted, meas)
+    if args.rows:
+        print()
+        print(f"{'row':<64} {'prec':<7} {'layout':<26} {'pub':>7} {'pred':>7} {'err%':>7} " +
+              " ".join(f"{c:>6}" for c in list(cols)[1:]) + "  wall")
+        for i, r in enumerate(runs):
+            lay = r.job.layout
+            ls = f"TP{lay.tp} PP{lay.pp} VP{lay.vpp or 1} CP{lay.cp} EP{lay.ep} MBS{r.job.micro_batch_size}"
+            dom = estimate_time(r.job, eff).dominant_wall
+            print(f"{r.label[:64]:<64} {r.precision_label[:7]:<7} {ls:<26} {r.tflops:7.0f} {p_in[i]:7.0f} "
+                  f"{err[i]:+7.1f} " + " ".join(f"{c[i]:+6.1f}" for c in list(cols.values())[1:]) + f"  {dom}")
+    groups = {k: {} for k in FOLD_KINDS}
+    for i, r in enumerate(runs):
+        for k, key in FOLD_KINDS.items():
+            groups[k].setdefault(key(r), []).append(i)
+    fold_table("Per system", groups["system"], cols)
+    fold_table("Per model", groups["model"], cols)
+    fold_table("Per release", groups["release"], cols)
+    cur = [i for i, r in enumerate(runs) if r.status == "current"]
+    print(f"{'current rows only':<26} {len(cur):>4} " + " ".join(_cell(c[cur]) for c in cols.values()))
+    if cvs:
+        worst = max(cvs, key=lambda k: summary(cols[FOLD_LABEL[k]])[1])
+        md, p9, _ = summary(cols[FOLD_LABEL[worst]])
+        print(f"\nworst held-out kind: {FOLD_LABEL[worst]} median {md:.1f} % p90 {p9:.1f} % "
+              "(target on every fold kind: median <= 8 %, p90 <= 20 %)")
     print("\nSkipped rows:")
     for s in skipped:
         print(f"  {s}")
 
-    # leave-one-model-out: fit on the other models, predict the held-out one
-    print("\n## Leave-one-model-out (fit without the model, predict it)")
-    print(f"{'held-out model':<26} {'n':>4} {'median %':>9} {'p90 %':>8}")
-    lomo_err = np.zeros(len(runs))
-    for mname in sorted({r.model_name for r in runs}):
-        test = [i for i, r in enumerate(runs) if r.model_name == mname]
-        train = [i for i, r in enumerate(runs) if r.model_name != mname]
-        # start from the documented priors (not the full-data fit, which has seen the held-out model)
-        start = default_efficiency()
-        start = start.with_values({k: sp.prior for k, sp in start.specs.items()})
-        res = fit(lambda e, tr=train: predict(e, tr), meas[train], start, max_nfev=nfev)
-        p = predict(res.efficiency, test)
-        e = pct(p, meas[test])
-        lomo_err[test] = e
-        md_m, p9_m, n_m = summary(e)
-        print(f"{mname:<26} {n_m:>4} {md_m:9.1f} {p9_m:8.1f}")
-    md, p9, n = summary(lomo_err)
-    print(f"{'overall (LOMO)':<26} {n:>4} {md:9.1f} {p9:8.1f}")
-
     card_checks(eff)
+    golden_checks(eff)
     one_variable_checks(eff)
     t1 = time.perf_counter()
     for r in runs:
         estimate_time(r.job, eff)
     print(f"\nestimate_time speed: {1e3 * (time.perf_counter() - t1) / len(runs):.2f} ms/job "
           f"(warm per-model caches, {len(runs)} published jobs)")
-    if args.write_catalog and args.refit:
-        eff = eff.with_values({}, fit_info={
-            "method": "scipy.optimize.least_squares on log(pred/published), soft-L1, weak prior to documented priors",
+    if args.write_catalog:
+        info = {
+            "method": "moetune.perfmodel.calibration.fit_runs: scipy.optimize.least_squares on log(pred/published) "
+                      "from the documented priors, soft-L1, weak prior (the fit of `moetune calibrate`)",
             "data": f"{Path(args.csv).name}: {len(runs)} runs (all rows whose model is in the catalog)",
             "median_abs_err_pct": round(summary(err)[0], 2), "p90_abs_err_pct": round(summary(err)[1], 2),
-            "lomo_median_abs_err_pct": round(md, 2), "lomo_p90_abs_err_pct": round(p9, 2),
-        })
-        save_efficiency(eff, REPO / "src" / "moetune" / "catalog" / "efficiency.yaml")
+        }
+        for kind, cv in cvs.items():
+            md, p9, _ = summary(cols[FOLD_LABEL[kind]])
+            info[f"{FOLD_LABEL[kind].lower()}_median_abs_err_pct"] = round(md, 2)
+            info[f"{FOLD_LABEL[kind].lower()}_p90_abs_err_pct"] = round(p9, 2)
+        save_efficiency(eff.with_values({}, fit_info=info), REPO / "src" / "moetune" / "catalog" / "efficiency.yaml")
         print("\nwrote src/moetune/catalog/efficiency.yaml")
     print(f"\n(bench ran in {time.perf_counter() - t0:.1f} s)")
     return 0
+
+
+def golden_checks(eff) -> list[float]:
+    """Small, host-bound jobs: every Megatron-LM functional-test golden in data/megatron_golden that records
+    ``iteration-time``, predicted step time vs the golden's median iteration time after warm-up (steps > 5; the
+    first steps include compilation and allocator growth). Jobs as bench/memory_accuracy.py builds them (the case's
+    config, 8 GPUs of the golden's platform; release cases with the inferred world size). Not used in any fit."""
+    import json
+
+    from memory_accuracy import golden_rows
+
+    from moetune.errors import MoetuneError
+
+    print("\n## Small, host-bound jobs: Megatron-LM functional-test goldens, iteration time (not used in any fit)")
+    print(f"{'case':<74} {'platform':<13} {'GPUs':>4} {'meas s':>7} {'pred s':>7} {'err%':>7}  wall")
+    errs = []
+    for row in golden_rows(REPO / "data"):
+        gpath = _golden_path(row)
+        if gpath is None:
+            continue
+        doc = json.loads(gpath.read_text())
+        if "iteration-time" not in doc:
+            continue
+        vals = [(int(k), float(v)) for k, v in doc["iteration-time"]["values"].items() if v not in ("nan", None)]
+        steady = sorted(v for k, v in vals if k > 5) or sorted(v for _, v in vals)
+        if not steady or "job" not in row:
+            print(f"{row['case'][:74]:<74} {row['platform']:<13} skipped: {row.get('error', 'no iteration time')}")
+            continue
+        meas = float(np.median(steady))
+        try:
+            est = estimate_time(row["job"], eff)
+        except MoetuneError as exc:
+            print(f"{row['case'][:74]:<74} {row['platform']:<13} skipped: {exc}")
+            continue
+        e = pct(est.step_time_s, meas)
+        errs.append(e)
+        print(f"{row['case'][:74]:<74} {row['platform']:<13} {row['gpus']:>4} {meas:7.3f} {est.step_time_s:7.3f} "
+              f"{e:+7.1f}  {est.dominant_wall}")
+    if errs:
+        md, p9, n = summary(np.array(errs))
+        print(f"{'goldens overall':<74} {'n=' + str(n):<13} {'':>4} {'':>7} {'':>7}  median {md:.1f}%  p90 {p9:.1f}%"
+              "  (target median <= 15 %)")
+    return errs
+
+
+def _golden_path(row) -> Path | None:
+    gdir = REPO / "data" / "megatron_golden"
+    for p in sorted(gdir.glob(f"case_{row['case']}_golden*.json")):
+        suffix = p.name[len(f"case_{row['case']}_golden"):-len(".json")].lstrip("_")
+        if suffix.endswith(row["platform"]) or (not suffix and row["platform"] in ("dgx_h100", "dgx_a100")):
+            return p
+    return None
 
 
 def card_checks(eff) -> None:

@@ -112,3 +112,16 @@ def test_shared_calibration_csv_reads(shared_data):
     runs, skipped = read_measured_csv(DATA / "perf" / "mbridge_perf_calibration.csv", job_builder=build_published_job)
     assert len(runs) > 150
     assert all(r.tflops > 0 for r in runs)
+
+
+def test_calibrate_on_shipped_data_reproduces_shipped_catalog(tmp_path):
+    """`moetune calibrate` on the shipped published table gives the shipped efficiency catalog (the fit starts from
+    the documented priors, so it does not depend on the values it replaces); tolerant to float noise."""
+    out = tmp_path / "refit.yaml"
+    r = run_cli("calibrate", str(DATA / "perf" / "mbridge_perf_calibration.csv"), "--out", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    refit, shipped = load_efficiency(out), default_efficiency()
+    assert refit.names == shipped.names
+    for name in shipped.names:
+        assert refit[name] == pytest.approx(shipped[name], rel=2e-3, abs=1e-4), name
+    assert json.loads(r.stdout)["runs"] == int(shipped.fit_info["data"].split(": ")[1].split()[0])

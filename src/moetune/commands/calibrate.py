@@ -3,7 +3,8 @@
 The CSV has the columns of ``data/perf/mbridge_perf_calibration.csv`` (model, system, num_gpus, precision,
 gbs, mbs, seq_len, tp, pp, cp, vp, ep, model_tflops_per_gpu; optional etp, fsdp, release, status). Features not in
 the CSV come from the Megatron-Bridge perf recipe for that model/system/precision when one exists. The fitted file
-is the format of ``moetune/catalog/efficiency.yaml``; pass it back with ``--efficiency FILE`` (or the
+is the format of ``moetune/catalog/efficiency.yaml`` (the fit starts from the documented priors, so on the shipped
+``data/perf/mbridge_perf_calibration.csv`` it reproduces the shipped catalog); pass it back with ``--efficiency FILE`` (or the
 ``MOETUNE_EFFICIENCY`` environment variable).
 """
 
@@ -27,8 +28,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         efficiency: Annotated[Path | None, typer.Option(
             "--efficiency", help="Start from this efficiency file instead of the shipped one.")] = None,
-        max_nfev: Annotated[int, typer.Option("--max-evals", help="Fit budget (model evaluations per parameter).")
-                            ] = 100,
+        max_nfev: Annotated[int | None, typer.Option(
+            "--max-evals", help="Fit budget (model evaluations per parameter; default: enough to converge).")
+                            ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
     ) -> None:
         """Fit the few efficiency parameters (GEMM/attention/HBM/link fractions, launch cost) to measured runs."""
@@ -36,14 +38,14 @@ def register(app: typer.Typer) -> None:
 
         from moetune.errors import InputError
         from moetune.perfmodel.calibration import (
+            NFEV_PER_PARAM,
+            RunPredictor,
             build_published_job,
-            fit,
+            fit_runs,
             load_efficiency,
             read_measured_csv,
             save_efficiency,
         )
-        from moetune.perfmodel.flops import flops_per_token
-        from moetune.perfmodel.step import build_profile, evaluate
 
         base = load_efficiency(efficiency)
         names = None
@@ -52,7 +54,7 @@ def register(app: typer.Typer) -> None:
             bad = [n for n in names if n not in base.specs]
             if bad:
                 raise InputError.bad_value("--params", ",".join(bad), f"names among {', '.join(base.specs)}")
-        if max_nfev < 1:
+        if max_nfev is not None and max_nfev < 1:
             raise InputError.bad_value("--max-evals", max_nfev, "a positive integer")
         runs, skipped = read_measured_csv(csv_file, job_builder=build_published_job)
         if not runs:
@@ -61,26 +63,17 @@ def register(app: typer.Typer) -> None:
         meas = np.array([r.tflops for r in runs])
         if not np.all(np.isfinite(meas)) or np.any(meas <= 0):
             raise InputError(f"{csv_file}: model_tflops_per_gpu must be positive numbers", field="csv")
-        profiles = [build_profile(r.job, base) for r in runs]
-        fpt = [flops_per_token(r.job.model, r.job.seq_length, r.job.layout.tp, r.definition).total for r in runs]
-
-        def predict(eff):
-            out_ = []
-            for r, prof, f in zip(runs, profiles, fpt, strict=True):
-                step = evaluate(prof, eff)["step"]
-                out_.append(r.job.global_batch_size * r.job.seq_length / (step * r.job.gpus) * f / 1e12)
-            return np.asarray(out_)
-
+        predict = RunPredictor(runs, base)
         before = predict(base)
-        nfit = len(names or base.fit_names)
-        res = fit(predict, meas, base, names, max_nfev=max_nfev * nfit)
+        res = fit_runs(predict, base, names=names, nfev_per_param=max_nfev or NFEV_PER_PARAM)
         after = predict(res.efficiency)
 
         def stats(pred):
             e = np.abs(pred / meas - 1) * 100
             return {"median_abs_err_pct": float(np.median(e)), "p90_abs_err_pct": float(np.percentile(e, 90))}
 
-        info = {"method": "scipy.optimize.least_squares on log(pred/measured), soft-L1, weak prior",
+        info = {"method": "moetune.perfmodel.calibration.fit_runs: scipy.optimize.least_squares on "
+                          "log(pred/measured) from the documented priors, soft-L1, weak prior",
                 "data": f"{csv_file.name}: {len(runs)} runs, {len(skipped)} rows skipped",
                 "fitted": res.fitted, "before": stats(before), "after": stats(after)}
         eff = res.efficiency.with_values({}, origin=str(out) if out else "calibrate (not saved)", fit_info=info)

@@ -185,19 +185,23 @@ def fit(
     names: Sequence[str] | None = None,
     *,
     max_nfev: int = 200,
+    start: str = "values",
 ) -> FitResult:
     """Least-squares fit of ``names`` (default: all) so that ``predict(eff)`` ≈ ``measured``.
 
     Residuals are ``log(pred/measured)`` (scale-free, symmetric in over/under-prediction) with a soft-L1 loss
     (robust to a few rows whose recipe features are unknown), plus ``prior_weight · log(value/prior)`` per
-    parameter. Parameters are optimised in log space within their bounds. Source: scipy.optimize.least_squares.
+    parameter. Parameters are optimised in log space within their bounds, starting from ``base``'s values
+    (``start="values"``) or from the documented priors (``start="prior"``: the result then does not depend on what
+    was fitted before, which makes the shipped catalog reproducible). Source: scipy.optimize.least_squares.
     """
     from scipy.optimize import least_squares
 
     names = list(names or base.fit_names)
     meas = np.asarray(measured, dtype=float)
     specs = [base.specs[n] for n in names]
-    x0 = np.log([min(max(base.values[n], s.lo * 1.0001), s.hi * 0.9999) for n, s in zip(names, specs, strict=True)])
+    x_init = [s.prior if start == "prior" else base.values[n] for n, s in zip(names, specs, strict=True)]
+    x0 = np.log([min(max(v, s.lo * 1.0001), s.hi * 0.9999) for v, s in zip(x_init, specs, strict=True)])
     lo = np.log([s.lo for s in specs])
     hi = np.log([s.hi for s in specs])
     prior = np.log([s.prior for s in specs])
@@ -215,6 +219,87 @@ def fit(
     eff = base.with_values(vals)
     r = resid(res.x)[: len(meas)]
     return FitResult(eff, names, r, float(res.cost), int(res.nfev))
+
+
+#: fit budget of :func:`fit_runs` (model evaluations per fitted parameter); enough for the fit to converge from the
+#: priors on the shipped table, so ``moetune calibrate`` reproduces the shipped catalog
+NFEV_PER_PARAM = 40
+
+
+class RunPredictor:
+    """Model TFLOP/s/GPU of measured runs under any efficiency set (work profiles built once; hot path of fits).
+
+    TFLOP/s use the Megatron-Bridge FLOPs definition of each run's release (:func:`flops.flops_per_token`)."""
+
+    def __init__(self, runs: Sequence[MeasuredRun], base: Efficiency | None = None) -> None:
+        from moetune.perfmodel.flops import flops_per_token
+        from moetune.perfmodel.step import build_profile
+
+        self.runs = list(runs)
+        self.profiles = [build_profile(r.job, base) for r in self.runs]
+        self.fpt = [flops_per_token(r.job.model, r.job.seq_length, r.job.layout.tp, r.definition).total
+                    for r in self.runs]
+        self.measured = np.array([r.tflops for r in self.runs], dtype=float)
+
+    def __call__(self, eff: Efficiency, idx: Sequence[int] | None = None) -> np.ndarray:
+        from moetune.perfmodel.step import evaluate
+
+        out = []
+        for i in (range(len(self.runs)) if idx is None else idx):
+            job = self.runs[i].job
+            step = evaluate(self.profiles[i], eff)["step"]
+            out.append(job.global_batch_size * job.seq_length / (step * job.gpus) * self.fpt[i] / 1e12)
+        return np.asarray(out)
+
+
+def fit_runs(pred: RunPredictor, base: Efficiency, idx: Sequence[int] | None = None,
+             names: Sequence[str] | None = None, *, nfev_per_param: int = NFEV_PER_PARAM) -> FitResult:
+    """The one fit of the efficiency parameters to measured runs (``moetune calibrate``, the accuracy bench, every
+    cross-validation fold): :func:`fit` from the documented priors on the rows ``idx`` (default all)."""
+    idx = list(range(len(pred.runs))) if idx is None else list(idx)
+    names = list(names or base.fit_names)
+    return fit(lambda e: pred(e, idx), pred.measured[idx], base, names, max_nfev=nfev_per_param * len(names),
+               start="prior")
+
+
+#: held-out fold kinds of the cross-validation: the key that groups runs into folds
+FOLD_KINDS: dict[str, Callable[[MeasuredRun], str]] = {
+    "system": lambda r: r.system,
+    "model": lambda r: r.model_name,
+    "release": lambda r: r.release or "unknown",
+}
+
+
+@dataclass
+class CrossValidation:
+    """Held-out predictions of one fold kind: every run predicted by the fit on the runs of the other folds."""
+
+    kind: str
+    predicted: np.ndarray  # model TFLOP/s/GPU, held-out
+    folds: dict[str, list[int]]
+    fits: dict[str, Efficiency]
+
+    def log_residuals(self, measured: np.ndarray) -> np.ndarray:
+        return np.log(self.predicted / measured)
+
+
+def cross_validate(pred: RunPredictor, base: Efficiency, kind: str, *,
+                   nfev_per_param: int = NFEV_PER_PARAM) -> CrossValidation:
+    """Leave-one-``kind``-out (``system``, ``model`` or ``release``): fit on the other folds from the priors
+    (:func:`fit_runs`), predict the held-out one. Parameters no training run constrains stay at their priors."""
+    key = FOLD_KINDS[kind]
+    folds: dict[str, list[int]] = {}
+    for i, r in enumerate(pred.runs):
+        folds.setdefault(key(r), []).append(i)
+    out = np.zeros(len(pred.runs))
+    fits: dict[str, Efficiency] = {}
+    for name, test in sorted(folds.items()):
+        held = set(test)
+        train = [i for i in range(len(pred.runs)) if i not in held]
+        res = fit_runs(pred, base, train, nfev_per_param=nfev_per_param)
+        fits[name] = res.efficiency
+        out[test] = pred(res.efficiency, test)
+    return CrossValidation(kind, out, folds, fits)
 
 
 # --------------------------------------------------------------------------------------------------------------
