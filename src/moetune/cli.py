@@ -73,26 +73,39 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+def user_error(exc: BaseException) -> tuple[str, int] | None:
+    """The one-line message and exit code the CLI reports for ``exc``; ``None`` for a bug (a traceback).
+
+    One mapping for the console script and for in-process callers (``moetune.service``: MCP server, web API).
+    """
+    if isinstance(exc, MoetuneError):
+        return one_line(exc), exc.exit_code
+    if isinstance(exc, _USAGE_ERRORS):
+        return one_line(exc.format_message()), 2
+    if isinstance(exc, _ABORT):
+        return "aborted", 130
+    if isinstance(exc, _CLICK_ERRORS):
+        return one_line(exc.format_message()), 2
+    if isinstance(exc, FileNotFoundError):
+        return f"{exc.filename}: no such file", 2
+    if isinstance(exc, IsADirectoryError | PermissionError | UnicodeDecodeError):
+        return one_line(exc), 2
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         rv = app(args=argv, standalone_mode=False)
-    except MoetuneError as exc:
-        _fail(one_line(exc), exc.exit_code)
-    except _USAGE_ERRORS as exc:
-        _fail(one_line(exc.format_message()), 2)
-    except _ABORT:
-        _fail("aborted", 130)
     except _EXIT as exc:
         sys.exit(exc.exit_code)
-    except _CLICK_ERRORS as exc:
-        _fail(one_line(exc.format_message()), 2)
-    except FileNotFoundError as exc:
-        _fail(f"{exc.filename}: no such file", 2)
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        _fail(one_line(exc), 2)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:
+        known = user_error(exc)
+        if known is None:
+            raise
+        _fail(*known)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 
