@@ -58,9 +58,10 @@ def test_schema_types_follow_the_annotations():
 
 
 def test_call_equals_cli_json():
-    args = {"gpus": 64, "tp": 2, "pp": 2, "ep": 8, "model": "Qwen3-30B-A3B", "sequence_parallel": False}
+    args = {"gpus": 64, "tp": 2, "pp": 2, "ep": 8, "model": "Qwen3-30B-A3B", "tp_pp_dp_mapping": False,
+            "sequence_parallel": True}
     argv = service.build_argv(service.get_command("layout"), args)
-    assert "--no-sequence-parallel" in argv
+    assert "--sequence-parallel" in argv and "--tp-pp-dp-mapping" not in argv
     got = service.run("layout", args)
     cli = _cli(*argv)
     assert cli.returncode == 0, cli.stderr
