@@ -48,6 +48,7 @@ COMMAND_MODULES = (
     "layout",
     "flops",
     "calibrate",
+    "mcp",
 )
 
 for _name in COMMAND_MODULES:

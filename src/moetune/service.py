@@ -445,7 +445,10 @@ def call(name: str, args: Mapping[str, Any] | None = None, *, root: str | Path |
         raise CommandError(f"root={str(root)!r}: expected an existing folder", 2)
     argv = build_argv(cmd, args, root=root_p)
     deadline = time.monotonic() + timeout_s if timeout_s else None
-    with _LOCK:
+    if not _LOCK.acquire(timeout=timeout_s if timeout_s else -1):
+        raise CommandError(f"`moetune {cmd.name}`: another call is still running (waited {timeout_s:g} s)", 2,
+                           command=cmd.name)
+    try:
         code = 0
         err_text = ""
         with _captured(max_output_bytes) as (out, err), _cwd(root_p), \
@@ -469,6 +472,8 @@ def call(name: str, args: Mapping[str, Any] | None = None, *, root: str | Path |
                 raise CommandError(known[0], known[1], command=cmd.name) from None
         err_text = err.buf.decode("utf-8", "replace")
         text = bytes(out.buf)
+    finally:
+        _LOCK.release()
     if not text.strip():
         last = [ln for ln in err_text.splitlines() if ln.strip()]
         msg = one_line(last[-1]) if last else f"`moetune {cmd.name}` printed no JSON (exit code {code})"
