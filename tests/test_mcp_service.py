@@ -53,7 +53,8 @@ def test_schema_types_follow_the_annotations():
     assert est["overrides"] == {"type": "array", "items": {"type": "string"}, **{k: est["overrides"][k]
                                                                                     for k in ("description",)}}
     assert "json" not in est and "json_out" not in est
-    assert service.schema("calibrate")["properties"]["max_evals"]["default"] == 100
+    assert service.schema("plan")["properties"]["top"]["default"] == service.get_command("plan")._click.params[
+        [p.name for p in service.get_command("plan")._click.params].index("top")].default
     assert service.schema("flops")["required"] == ["model", "seq"]
 
 
