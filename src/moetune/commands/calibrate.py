@@ -21,7 +21,8 @@ from moetune.output import console, err_console, print_json
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     def calibrate(
-        csv_file: Annotated[Path, typer.Argument(help="Measured runs (columns of mbridge_perf_calibration.csv).")],
+        csv_file: Annotated[Path, typer.Argument(help="Measured runs, with the columns of the shipped data/perf/mbridge_perf_calibration.csv "
+                                           "(e.g. moetune calibrate data/perf/mbridge_perf_calibration.csv).")],
         out: Annotated[Path | None, typer.Option("--out", "-o", help="Write the fitted efficiency YAML here.")] = None,
         params: Annotated[str | None, typer.Option(
             "--params", help="Comma-separated parameter names to fit (default: all); others keep their values.")
