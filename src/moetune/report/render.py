@@ -1,4 +1,5 @@
-"""Render a report as one self-contained HTML file (inline SVG plots, inline CSS) or as Markdown.
+"""Render a report as one self-contained HTML file (inline SVG charts from :mod:`moetune.report.plots`, the chart
+code the web page uses too; inline CSS) or as Markdown.
 
 Sections: contract, memory per stage (stacked bars), time per wall, candidates' throughput vs memory headroom,
 runs with acceptance and reasons, predicted vs measured, the A/B table, and the final evidence bundle the seeds list
@@ -18,7 +19,7 @@ h1{font-size:22px}h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:
 table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.ok{color:#1a7f37;font-weight:600}
 .bad{color:#c62828;font-weight:600}.warn{color:#9a6700}.plots{display:flex;flex-wrap:wrap;gap:16px}
-.plot{border:1px solid #eee;padding:6px}.plot svg{max-width:520px;height:auto}code{font-size:11px}"""
+.plot{border:1px solid #eee;padding:6px}.plot svg{max-width:560px;height:auto}code{font-size:11px}"""
 
 
 def _e(x: Any) -> str:
@@ -118,7 +119,7 @@ def render_html(data: dict[str, Any]) -> str:
         ]))
     figs = figures(data)
     parts.append("<h2>Plots</h2><div class='plots'>" + "".join(
-        f"<div class='plot'><div><b>{_e(t)}</b></div>{svg}</div>" for t, svg in figs) + "</div>")
+        f"<div class='plot' title='{_e(t)}'>{svg}</div>" for t, svg in figs) + "</div>")
     if data.get("plan_candidates"):
         rows = []
         for c in data["plan_candidates"][:20]:
