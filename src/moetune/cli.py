@@ -49,6 +49,7 @@ COMMAND_MODULES = (
     "flops",
     "calibrate",
     "mcp",
+    "serve",
 )
 
 for _name in COMMAND_MODULES:

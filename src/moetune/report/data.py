@@ -87,7 +87,7 @@ def load_report_input(path: Path) -> dict[str, Any]:
         cands = data["candidates"]
         best = cands[0] if cands else {}
         return {"kind": "plan", "title": f"moetune plan {path.name}", "source": str(path), "plan": data,
-                "plan_candidates": [{"index": i, "label": _label(c.get("layout") or {}), **c}
+                "plan_candidates": [{"index": i, "label": layout_label(c.get("layout") or {}), **c}
                                     for i, c in enumerate(cands)],
                 "baseline": best, "memory": memory_stages(best.get("memory") or {}),
                 "walls": time_walls(best.get("time") or {})}
@@ -99,7 +99,7 @@ def load_report_input(path: Path) -> dict[str, Any]:
                      "(needs 'memory' or 'time')")
 
 
-def _label(lay: dict[str, Any]) -> str:
+def layout_label(lay: dict[str, Any]) -> str:
     s = f"TP{lay.get('tp', 1)} PP{lay.get('pp', 1)}"
     if (lay.get("vpp") or 1) > 1:
         s += f" VPP{lay['vpp']}"
