@@ -20,7 +20,6 @@ paths inside that dir are reported by their file name only, as the CLI would whe
 
 from __future__ import annotations
 
-import threading
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -39,8 +38,6 @@ COMMANDS: dict[str, str] = {
     "plan": "plan", "estimate": "estimate", "check": "check", "logs": "logs", "diagnose": "diagnose",
     "trace": "trace", "catalog/models": "catalog models", "catalog/systems": "catalog systems",
 }
-#: flags that take several values (repeated form fields / several uploaded files)
-LIST_ARGS = frozenset({"files", "paths", "args", "overrides", "env"})
 ASSETS = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8"}
 
 
@@ -68,23 +65,64 @@ def _error(status: int, message: str, exit_code: int = 2) -> JSONResponse:
     return JSONResponse({"error": message, "exit_code": exit_code}, status_code=status)
 
 
-def _args_for(command: str, fields: dict[str, Any], files: dict[str, list[Path]]) -> dict[str, Any]:
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+def _convert(value: Any, arg: Any) -> Any:
+    """A query-string / form value (text) as the JSON type the command's argument takes (JSON bodies pass as is)."""
+    if not isinstance(value, str):
+        return value
+    label = arg.flag or arg.name
+    t = value.strip()
+    if arg.json_type == "integer":
+        try:
+            return int(t)
+        except ValueError:
+            raise InputError.bad_value(label, value, "an integer") from None
+    if arg.json_type == "number":
+        try:
+            return float(t)
+        except ValueError:
+            raise InputError.bad_value(label, value, "a number") from None
+    if arg.json_type == "boolean":
+        if t.lower() in _TRUE:
+            return True
+        if t.lower() in _FALSE:
+            return False
+        raise InputError.bad_value(label, value, "true or false")
+    return value
+
+
+def command_args(command: str, fields: dict[str, Any], files: dict[str, list[Path]]) -> dict[str, Any]:
+    """The :func:`moetune.service.run` arguments of one request: fields converted to the argument's JSON type
+    (from the command's own schema), uploads as their temp paths (a list where the argument takes several; the
+    uploaded config file before any text overrides). Unknown names pass through: the service names them."""
+    from moetune import service
+
+    spec = service.get_command(command).args
     args: dict[str, Any] = {}
     for k, v in fields.items():
         key = k.replace("-", "_")
-        if key in ("json", "json_out", "as_json"):
+        if key == "json":
             continue  # the API always answers JSON
-        if isinstance(v, str) and v == "" and key not in LIST_ARGS:
-            continue  # an empty form field is an unset flag
-        if key in LIST_ARGS and not isinstance(v, list):
-            v = [v]
-        args[key] = v
+        arg = spec.get(key)
+        if arg is None:
+            args[key] = v
+            continue
+        vals = v if isinstance(v, list) else [v]
+        if not arg.is_flag or arg.json_type != "boolean":
+            vals = [x for x in vals if not (isinstance(x, str) and x == "")]  # an empty form field: flag unset
+        if not vals:
+            continue
+        vals = [_convert(x, arg) for x in vals]
+        args[key] = vals if arg.many else (vals[0] if len(vals) == 1 else vals)
     for k, paths in files.items():
         key = k.replace("-", "_")
+        arg = spec.get(key)
         vals = [str(p) for p in paths]
-        if key in LIST_ARGS:
+        if arg is not None and arg.many:
             prev = args.get(key) or []
-            args[key] = vals + [p for p in prev if p]  # the config file first, then overrides
+            args[key] = vals + (prev if isinstance(prev, list) else [prev])
         elif len(vals) == 1:
             args[key] = vals[0]
         else:
@@ -93,19 +131,19 @@ def _args_for(command: str, fields: dict[str, Any], files: dict[str, list[Path]]
 
 
 class Server:
-    """State of one served application: the upload cap, the temp root and one lock that runs commands one at a
-    time (the planner forks its own workers; commands share process-wide caches)."""
+    """State of one served application: the upload cap and the temp root (the service runs one call at a time)."""
 
     def __init__(self, *, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES, tmp_root: str | None = None):
         self.max_upload_bytes = max_upload_bytes
         self.tmp_root = tmp_root
-        self.lock = threading.Lock()
 
-    def invoke(self, command: str, args: dict[str, Any]) -> dict[str, Any]:
+    @staticmethod
+    def invoke(command: str, args: dict[str, Any], root: Path) -> Any:
+        """One command through :func:`moetune.service.run`, confined to the request's temp dir (a client can
+        name only what it uploaded, never a file of the server)."""
         from moetune import service
 
-        with self.lock:
-            return service.run(command, args)
+        return service.run(command, args, root=root)
 
     async def api(self, request: Request) -> Response:
         path = request.path_params["command"].strip("/")
@@ -115,18 +153,18 @@ class Server:
         inp = None
         try:
             inp = await read_input(request, max_bytes=self.max_upload_bytes, tmp_root=self.tmp_root)
-            args = _args_for(command, inp.fields, inp.files)
-            out = await run_in_threadpool(self.invoke, command, args)
-            if inp.tmpdir is not None:
-                out = _strip_tmp(out, str(inp.tmpdir) + "/")
-            return JSONResponse(out)
+            args = command_args(command, inp.fields, inp.files)
+            root = inp.ensure_tmpdir(self.tmp_root)
+            out = await run_in_threadpool(self.invoke, command, args, root)
+            return JSONResponse(_strip_tmp(out, str(root) + "/"))
         except PayloadTooLarge as exc:
             return _error(413, one_line(exc))
         except MoetuneError as exc:
             msg = one_line(exc)
             if inp is not None and inp.tmpdir is not None:
-                msg = _strip_tmp(msg, str(inp.tmpdir) + "/")
-            return _error(400 if getattr(exc, "exit_code", 2) == 2 else 422, msg, getattr(exc, "exit_code", 2))
+                msg = _strip_tmp(msg, str(inp.tmpdir) + "/").replace(str(inp.tmpdir), "<uploads>")
+            code = getattr(exc, "exit_code", 2)
+            return _error(400 if code == 2 else 422, msg, code)
         finally:
             if inp is not None:
                 inp.cleanup()

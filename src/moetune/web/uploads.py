@@ -43,6 +43,12 @@ class RequestInput:
     files: dict[str, list[Path]] = field(default_factory=dict)
     tmpdir: Path | None = None
 
+    def ensure_tmpdir(self, tmp_root: str | None = None) -> Path:
+        """The request's temp dir (created empty when nothing was uploaded): the command's confining root."""
+        if self.tmpdir is None:
+            self.tmpdir = Path(tempfile.mkdtemp(prefix="moetune-serve-", dir=tmp_root))
+        return self.tmpdir
+
     def cleanup(self) -> None:
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)
@@ -103,7 +109,7 @@ async def _read_multipart(request, ctype: str, out: RequestInput, *, max_bytes: 
     boundary = params.get(b"boundary")
     if not boundary:
         raise InputError("request body: multipart/form-data without a boundary")
-    out.tmpdir = Path(tempfile.mkdtemp(prefix="moetune-serve-", dir=tmp_root))
+    out.ensure_tmpdir(tmp_root)
     state: dict[str, Any] = {"headers": {}, "hname": b"", "hval": b"", "name": None, "fh": None, "buf": None,
                              "n": 0, "field_bytes": 0}
 

@@ -455,6 +455,7 @@ function normRecompute(v) {
 
 function setToggles(args) {
   const note = [];
+  state.toggleInit = {};
   for (const k of TOGGLES) {
     const input = $("#w-" + k);
     const v = args[k];
@@ -462,12 +463,14 @@ function setToggles(args) {
       const ok = estimateHas(k);
       input.disabled = !ok;
       input.checked = ok && !!v;
+      state.toggleInit[k] = input.checked;
       if (!ok) note.push(`${k.replace("_", " ")} needs estimate --${k.replace("_", "-")}`);
       continue;
     }
     let val = k === "recompute" ? normRecompute(v) : v === undefined || v === null ? (k === "mbs" ? "1" : k === "dispatcher" ? "alltoall" : "none") : String(v);
     if (![...input.options].some((o) => o.value === val)) input.append(el("option", {value: val, text: val}));
     input.value = val;
+    state.toggleInit[k] = val;
   }
   $("#whatif-note").textContent = note.length ? "(" + note.join("; ") + ")" : "";
 }
@@ -478,11 +481,11 @@ async function runWhatIf() {
   for (const k of TOGGLES) {
     const input = $("#w-" + k);
     if (input.disabled) continue;
-    if (input.type === "checkbox") a[k] = input.checked;
-    else if (k === "mbs") a.mbs = Number(input.value);
-    else if (k === "recompute") {
-      if (input.value !== normRecompute(state.baseArgs.recompute)) a.recompute = input.value;
-    } else a[k] = input.value;
+    const v = input.type === "checkbox" ? input.checked : input.value;
+    if (v === state.toggleInit[k]) continue;  // unchanged: the candidate's own value stays
+    if (k === "mbs") a.mbs = Number(v);
+    else if (k === "cuda_graph_scope" && v === "none" && a.cuda_graph_scope !== "none") delete a.cuda_graph_scope;
+    else a[k] = v;
   }
   const seq = ++state.wseq;
   $("#whatif-delta").prepend(el("div", {class: "hint busy", text: "re-estimating ..."}));

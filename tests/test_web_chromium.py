@@ -1,0 +1,261 @@
+"""``moetune serve`` in a real headless Chromium: the server runs as ``python -m moetune serve``, the browser loads
+``/?model=...`` (which fills the form and plans on load), and the test reads the DOM over the DevTools protocol.
+
+It asserts that the page shows the CLI's #1 layout (``moetune plan --json`` on the same inputs), at least the two
+charts (memory per pipeline rank, time per wall) drawn with their numbers, the itemised estimate, and that a what-if
+toggle re-estimates and changes the numbers; it saves a full-page screenshot under the test's output.
+
+``python tests/test_web_chromium.py OUT.png`` takes the same screenshot outside pytest (docs/serve_screenshot.png).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+QUERY = {"model": "Qwen3-30B-A3B", "system": "DGX-H100", "gpus": 16, "gbs": 1024, "seq": 4096}
+
+pytestmark = pytest.mark.chromium
+
+
+def chromium() -> str | None:
+    for b in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(b):
+            return shutil.which(b)
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(pred, timeout: float, what: str, step: float = 0.2):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Server:
+    """``python -m moetune serve`` on a free localhost port (PYTHONPATH inherited)."""
+
+    def __init__(self):
+        self.port = _free_port()
+        env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.proc = subprocess.Popen([sys.executable, "-m", "moetune", "serve", "--port", str(self.port)],
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+        def up() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"moetune serve exited: {self.proc.stdout.read().decode()[-2000:]}")
+            try:
+                return urllib.request.urlopen(self.url + "/assets/app.css", timeout=2).status == 200
+            except OSError:
+                return False
+
+        _wait(up, 60, "moetune serve to listen")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol (websocket-client)."""
+
+    def __init__(self, exe: str, width: int = 1320, height: int = 1000):
+        import websocket
+
+        self.profile = tempfile.mkdtemp(prefix="moetune-chromium-")
+        self.port = _free_port()
+        self.proc = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                                      "--no-first-run", "--no-default-browser-check", f"--user-data-dir={self.profile}",
+                                      f"--remote-debugging-port={self.port}", f"--window-size={width},{height}",
+                                      "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+        def page_ws() -> str | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=2) as r:
+                    pages = [t for t in json.load(r) if t.get("type") == "page"]
+            except OSError:
+                return None
+            return pages[0]["webSocketDebuggerUrl"] if pages else None
+
+        ws_url = _wait(page_ws, 60, "chromium's DevTools endpoint")
+        self.ws = websocket.create_connection(ws_url, timeout=120, suppress_origin=True)
+        self.n = 0
+
+    def send(self, method: str, **params):
+        self.n += 1
+        self.ws.send(json.dumps({"id": self.n, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == self.n:
+                if "error" in msg:
+                    raise AssertionError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def js(self, expr: str):
+        r = self.send("Runtime.evaluate", expression=expr, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in r:
+            raise AssertionError(f"{expr}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def screenshot(self, path: Path) -> None:
+        h = self.js("Math.ceil(document.documentElement.scrollHeight)")
+        w = self.js("Math.ceil(document.documentElement.scrollWidth)")
+        r = self.send("Page.captureScreenshot", format="png", captureBeyondViewport=True,
+                      clip={"x": 0, "y": 0, "width": w, "height": h, "scale": 1})
+        path.write_bytes(base64.b64decode(r["data"]))
+
+    def close(self) -> None:
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def layout_text(lay: dict) -> str:
+    """The page's layout label (app.js layoutText) for a plan JSON layout."""
+    s = f"TP{lay['tp']} PP{lay['pp']}" + (f" VPP{lay['vpp']}" if lay["vpp"] > 1 else "")
+    return s + f" CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']} DP{lay['dp']} EDP{lay['edp']} MBS{lay['mbs']}"
+
+
+def load_planned_page(b: Browser, url: str) -> None:
+    from urllib.parse import urlencode
+
+    b.send("Page.enable")
+    b.send("Page.navigate", url=f"{url}/?{urlencode(QUERY)}")
+    _wait(lambda: b.js("!!document.querySelector('#best-layout') && "
+                       "!!document.querySelector('#chart-walls svg') && "
+                       "!!document.querySelector('#memory-table') && "
+                       "!!document.querySelector('#delta-table')") or
+          (b.js("document.querySelector('#status.error')?.textContent") and
+           pytest.fail(b.js("document.querySelector('#status').textContent"))), 240, "the planned page")
+
+
+def take_screenshot(out: Path) -> None:
+    """Screenshot of the page planned from QUERY, with a what-if applied (for docs/serve_screenshot.png)."""
+    srv, b = Server(), Browser(chromium() or "chromium")
+    try:
+        load_planned_page(b, srv.url)
+        _apply_whatif(b, "w-recompute", "full")
+        b.screenshot(out)
+    finally:
+        b.close()
+        srv.close()
+
+
+def _whatif_cell(b: Browser, metric: str) -> str:
+    return b.js(f"document.querySelector('#delta-table tr[data-metric=\"{metric}\"] td.whatif')?.textContent || ''")
+
+
+def _apply_whatif(b: Browser, select_id: str, value: str) -> None:
+    b.js(f"(() => {{ const s = document.getElementById('{select_id}'); s.value = '{value}'; "
+         "s.dispatchEvent(new Event('change')); })()")
+    _wait(lambda: _whatif_cell(b, "step time (s)") not in ("", "–") or b.js("!!document.querySelector('#whatif-error')"),
+          240, "the what-if estimate")
+
+
+def test_served_page_shows_the_cli_plan_charts_and_whatif(tmp_path):
+    exe = chromium()
+    if exe is None:
+        pytest.skip("headless chromium not installed (.ci/setup-chromium.sh)")
+    pytest.importorskip("websocket")
+    from tests.conftest import run_cli
+
+    args = [x for k, v in QUERY.items() for x in (f"--{k}", str(v))]
+    r = run_cli("plan", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    cli_best = json.loads(r.stdout)["candidates"][0]
+
+    srv = Server()
+    b = Browser(exe)
+    try:
+        load_planned_page(b, srv.url)
+        # the CLI's #1 layout, first row and verdict
+        assert b.js("document.querySelector('#best-layout').textContent") == layout_text(cli_best["layout"])
+        assert b.js("document.querySelector('#candidates tr.cand td.layout').textContent") == \
+            layout_text(cli_best["layout"])
+        shown_step = b.js("document.querySelector('#candidates tr.cand td.step').textContent")
+        assert float(shown_step.split()[0]) == pytest.approx(cli_best["time"]["step_time_s"], rel=1e-3)
+        assert b.js("document.querySelectorAll('#three-walls .wall').length") == 4
+        # the charts: memory per pipeline rank (one stacked bar per PP rank, against HBM) and time per wall
+        n_charts = b.js("document.querySelectorAll('#results svg.mt-chart').length")
+        assert n_charts >= 2
+        pp = cli_best["layout"]["pp"]
+        assert b.js("document.querySelectorAll('#chart-memory svg[data-chart=memory] text')."
+                    "length") > 0
+        seg_sum = b.js("[...document.querySelectorAll('#chart-memory rect.seg')].reduce((a, r) => a + "
+                       "Number(r.dataset.gib), 0)")
+        cli_total = sum(sum(st["components"].values()) for st in cli_best["memory"]["stages"])
+        assert seg_sum == pytest.approx(cli_total, rel=1e-3)
+        assert b.js("[...document.querySelectorAll('#chart-memory text')].filter(t => /^PP\\d+$/.test("
+                    "t.textContent)).length") == pp
+        assert b.js("Number(document.querySelector('#chart-memory line.hbm').dataset.gib)") == \
+            pytest.approx(cli_best["memory"]["capacity_gib"], rel=1e-3)
+        walls = b.js("Object.fromEntries([...document.querySelectorAll('#chart-walls rect.bar')]"
+                     ".map(r => [r.dataset.label, Number(r.dataset.value)]))")
+        cli_walls = {k: v["seconds"] for k, v in cli_best["time"]["walls"].items() if v["seconds"] > 0}
+        assert walls.keys() == cli_walls.keys()
+        for k, v in cli_walls.items():
+            assert walls[k] == pytest.approx(v, rel=1e-4)
+        # launch config with copy buttons
+        assert b.js("document.querySelectorAll('#launch button.copy').length") >= 4
+        assert "#SBATCH" in b.js("document.querySelector('#launch-slurm').textContent")
+
+        # a what-if toggle re-estimates: full recompute changes step time and memory
+        base_step = b.js("document.querySelector('#delta-table tr[data-metric=\"step time (s)\"] td.base')"
+                         ".textContent")
+        base_mem = b.js("document.querySelector('#delta-table tr[data-metric=\"peak allocated (GiB)\"] td.base')"
+                        ".textContent")
+        _apply_whatif(b, "w-recompute", "full")
+        assert not b.js("!!document.querySelector('#whatif-error')"), b.js(
+            "document.querySelector('#whatif-error').textContent")
+        new_step = _whatif_cell(b, "step time (s)")
+        new_mem = _whatif_cell(b, "peak allocated (GiB)")
+        assert float(new_step) > float(base_step)       # recomputing every layer costs time ...
+        assert float(new_mem) < float(base_mem)         # ... and frees activation memory
+        assert b.js("document.querySelector('#delta-table tr[data-metric=\"step time (s)\"] td.delta')"
+                    ".textContent").startswith("+")
+        assert b.js("!!document.querySelector('#chart-whatif-memory svg[data-chart=memory]')")
+
+        png = tmp_path / "serve.png"
+        b.screenshot(png)
+        assert png.stat().st_size > 50_000
+    finally:
+        b.close()
+        srv.close()
+
+
+if __name__ == "__main__":  # pragma: no cover - docs screenshot
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "docs" / "serve_screenshot.png")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    take_screenshot(target)
+    print(target)
