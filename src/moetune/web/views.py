@@ -23,12 +23,16 @@ def trace_charts(trace: dict[str, Any]) -> list[str]:
 
 
 def charts_for(body: dict[str, Any]) -> dict[str, Any]:
-    """``{"memory", "walls", "throughput": svg or None, "comm": [svg]}`` for ``{"result", "candidates", "trace"}``."""
+    """``{"memory", "walls", "throughput": svg or None, "comm": [svg]}`` for ``{"result", "candidates", "trace",
+    "label"}`` (``label`` prefixes the chart titles, e.g. ``"What-if: "``)."""
     res = body.get("result") or {}
     cands = body.get("candidates") or []
+    prefix = str(body.get("label") or "")
     out: dict[str, Any] = {
-        "memory": plots.memory_stacked(memory_stages(res.get("memory") or {})) if res else None,
-        "walls": plots.walls_bar(time_walls(res.get("time") or {})) if res and res.get("time") else None,
+        "memory": plots.memory_stacked(memory_stages(res.get("memory") or {}), title=prefix + "Memory per pipeline rank")
+        if res else None,
+        "walls": plots.walls_bar(time_walls(res.get("time") or {}), title=prefix + "Time per wall")
+        if res and res.get("time") else None,
         "throughput": plots.throughput_vs_headroom(
             [{"index": i, "label": layout_label(c.get("layout") or {}), **c} for i, c in enumerate(cands)])
         if len(cands) > 1 else None,

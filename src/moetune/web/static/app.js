@@ -398,6 +398,15 @@ async function openEstimate(args) {
     typeof v === "boolean" ? (v ? `--${k.replace(/_/g, "-")}` : `--no-${k.replace(/_/g, "-")}`) : `--${k.replace(/_/g, "-")} ${shellQuote(String(v))}`).join(" ");
   renderItemised(state.base);
   renderDelta(state.base, null);
+  const c = state.plan && state.plan.candidates[state.sel];
+  if (c && (!state.modelKind || state.modelKind === "hf")) {
+    const ps = c.time.step_time_s, es = (state.base.time || {}).step_time_s;
+    const same = typeof es === "number" && Math.abs(es - ps) <= 1e-3 * ps;
+    $("#itemised").prepend(el("div", {id: "reproduces", class: same ? "hint" : "warn",
+      text: same ? `estimate reproduces the plan's ${fmt(ps, 4)} s/step` :
+        `estimate of these flags gives ${fmt(es, 4)} s/step where the plan says ${fmt(ps, 4)} s/step` +
+        (c.reproduce ? "" : " (this plan JSON has no reproduce line; estimate lacks some of the plan's feature flags)")}));
+  }
 }
 
 function renderItemised(est) {
@@ -494,9 +503,9 @@ async function runWhatIf() {
     if (seq !== state.wseq) return;
     state.whatif = w;
     renderDelta(state.base, w);
-    const ch = await charts({result: w});
-    putSvg("chart-whatif-memory", ch.memory && ch.memory.replace("Memory per pipeline rank", "What-if: memory per pipeline rank"));
-    putSvg("chart-whatif-walls", ch.walls && ch.walls.replace("Time per wall", "What-if: time per wall"));
+    const ch = await charts({result: w, label: "What-if: "});
+    putSvg("chart-whatif-memory", ch.memory);
+    putSvg("chart-whatif-walls", ch.walls);
   } catch (e) {
     if (seq !== state.wseq) return;
     renderDelta(state.base, null);
