@@ -205,7 +205,13 @@ def test_served_page_shows_the_cli_plan_charts_and_whatif(tmp_path):
             layout_text(cli_best["layout"])
         shown_step = b.js("document.querySelector('#candidates tr.cand td.step').textContent")
         assert float(shown_step.split()[0]) == pytest.approx(cli_best["time"]["step_time_s"], rel=1e-3)
-        assert b.js("document.querySelectorAll('#three-walls .wall').length") == 4
+        assert b.js("document.querySelectorAll('#three-walls .wall').length") == 3  # memory, comm, compute
+        dom = cli_best["time"]["dominant_wall"]
+        expected = ["communication wall"] if dom.startswith("comm_") else \
+            ["compute efficiency wall"] if dom in ("compute", "recompute", "host", "optimizer") else []
+        assert b.js("[...document.querySelectorAll('#three-walls .wall.dominant b')].map(x => x.textContent)") == \
+            expected
+        assert b.js("document.querySelector('#why-1').textContent").startswith("Why #1: beats #2 by")
         # the charts: memory per pipeline rank (one stacked bar per PP rank, against HBM) and time per wall
         n_charts = b.js("document.querySelectorAll('#results svg.mt-chart').length")
         assert n_charts >= 2

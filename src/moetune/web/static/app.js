@@ -180,10 +180,10 @@ function stepText(t) {
   return fmt(t.step_time_s, 4) + (iv ? ` [${fmt(iv[0], 3)}–${fmt(iv[1], 3)}]` : "");
 }
 
+// the three walls of docs/walls.md: memory, communication, compute efficiency (compute and host/launch)
 const WALL_GROUPS = {
-  compute: ["compute", "recompute"],
   communication: ["comm_tp", "comm_cp", "comm_ep", "comm_pp", "comm_dp"],
-  "schedule & host": ["pipeline_bubble", "host", "optimizer"],
+  "compute efficiency": ["compute", "recompute", "host", "optimizer"],
 };
 
 function wallSeconds(time) {
@@ -205,18 +205,23 @@ function renderVerdict(plan) {
   const dom = t.dominant_wall;
   const group = Object.entries(WALL_GROUPS).find(([, ks]) => ks.includes(dom));
   const walls = el("div", {class: "walls3", id: "three-walls"});
-  const memWall = el("div", {class: "wall" + (m.headroom_gib !== undefined && m.headroom_gib < 4 ? " dominant" : "")},
+  const memWall = el("div", {class: "wall" + (m.fits === false || (m.headroom_gib !== undefined && m.headroom_gib < 4) ? " tight" : "")},
     el("b", {text: "memory wall"}), el("span", {class: "v", text: `${fmt(binding.device_gib)} / ${fmt(m.capacity_gib)} GiB`}),
     el("div", {text: `PP${binding.pp_rank ?? m.binding_stage} binds; ${fmt(m.headroom_gib)} GiB headroom` +
       (m.fits === false ? " — does NOT fit" : "")}));
   walls.append(memWall);
   for (const [name, keys] of Object.entries(WALL_GROUPS)) {
     const s = keys.reduce((a, k) => a + (ws[k] || 0), 0);
+    const parts = keys.filter((k) => ws[k] > 0).map((k) => `${k} ${fmt(ws[k])}`).join(", ");
     walls.append(el("div", {class: "wall" + (group && group[0] === name ? " dominant" : "")},
       el("b", {text: name + " wall"}), el("span", {class: "v", text: `${fmt(s)} s`}),
-      el("div", {text: `${(100 * s / total).toFixed(1)} % of the step` + (group && group[0] === name ? ` (dominant: ${dom})` : "")})));
+      el("div", {text: `${(100 * s / total).toFixed(1)} % of the step` + (group && group[0] === name ? ` (dominant: ${dom})` : "")}),
+      el("div", {class: "hint", text: parts})));
   }
-  box.append(el("div", {class: "hint", text: "Three walls: what binds #1 — memory (device GiB of the most loaded rank vs HBM), compute, communication (exposed)."}), walls);
+  const bubble = ws.pipeline_bubble || 0;
+  box.append(el("div", {class: "hint", text: "The three walls (docs/walls.md): memory (device GiB of the most loaded rank vs HBM), " +
+    "communication (exposed TP/CP/EP/PP/DP time), compute efficiency (compute, recompute, host/launch, optimizer)" +
+    (bubble > 0 ? `; pipeline bubble ${fmt(bubble)} s (${(100 * bubble / total).toFixed(1)} %)` : "") + "."}), walls);
   const why = c.why;
   if (why) {
     const ld = Object.entries(why.layout_differences || {}).map(([k, [a, b]]) => `${k} ${a}→${b}`);
