@@ -36,6 +36,7 @@ from moetune.perfmodel.calibration import (
     save_efficiency,
 )
 from moetune.perfmodel.step import estimate_time
+from moetune.perfmodel.uncertainty import build_table, job_class, save_table
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CSV = REPO / "data" / "perf" / "mbridge_perf_calibration.csv"
@@ -125,6 +126,21 @@ def main(argv=None) -> int:
         md, p9, _ = summary(cols[FOLD_LABEL[worst]])
         print(f"\nworst held-out kind: {FOLD_LABEL[worst]} median {md:.1f} % p90 {p9:.1f} % "
               "(target on every fold kind: median <= 8 %, p90 <= 20 %)")
+    if cvs:
+        doc = bands_table(runs, meas, cvs, args.csv)
+        print(f"\n## Prediction bands ({100 * doc['coverage']:.0f} % of held-out runs, pooled folds): "
+              "measured step / predicted step")
+        print(f"{'class':<22} {'runs':>5} {'low':>7} {'high':>7}  " + " ".join(
+            f"{'in ' + FOLD_LABEL[k]:>8}" for k in cvs))
+        classes = [job_class(r.job.model, r.job.system) for r in runs]
+        for key, b in doc["classes"].items():
+            members = [i for i, c in enumerate(classes) if key == "all" or c == key or c.split("/")[0] == key]
+            cover = []
+            for cv in cvs.values():
+                res = cv.log_residuals(meas)[members]
+                cover.append(float(np.mean((res >= b["q_lo"]) & (res <= b["q_hi"]))))
+            print(f"{key:<22} {b['runs']:>5} {np.exp(b['q_lo']):7.3f} {np.exp(b['q_hi']):7.3f}  " +
+                  " ".join(f"{100 * c:7.0f}%" for c in cover))
     print("\nSkipped rows:")
     for s in skipped:
         print(f"  {s}")
@@ -150,8 +166,23 @@ def main(argv=None) -> int:
             info[f"{FOLD_LABEL[kind].lower()}_p90_abs_err_pct"] = round(p9, 2)
         save_efficiency(eff.with_values({}, fit_info=info), REPO / "src" / "moetune" / "catalog" / "efficiency.yaml")
         print("\nwrote src/moetune/catalog/efficiency.yaml")
+        if cvs:
+            doc = bands_table(runs, meas, cvs, args.csv)
+            save_table(doc, REPO / "src" / "moetune" / "catalog" / "uncertainty.yaml")
+            print("wrote src/moetune/catalog/uncertainty.yaml")
     print(f"\n(bench ran in {time.perf_counter() - t0:.1f} s)")
     return 0
+
+
+def bands_table(runs, meas, cvs, csv_path) -> dict:
+    """catalog/uncertainty.yaml's document: held-out log residuals of every fold kind pooled, per class."""
+    classes, resid = [], []
+    for cv in cvs.values():
+        classes += [job_class(r.job.model, r.job.system) for r in runs]
+        resid += list(cv.log_residuals(meas))
+    prov = {"residuals": "held-out " + "+".join(FOLD_LABEL[k] for k in cvs) + " folds of bench/steptime_accuracy.py",
+            "data": f"{Path(csv_path).name}: {len(runs)} runs", "fit": "perfmodel.calibration.fit_runs per fold"}
+    return build_table(classes, resid, provenance=prov)
 
 
 def golden_checks(eff) -> list[float]:

@@ -145,6 +145,7 @@ def register(app: typer.Typer) -> None:
             _impossible(res, json_out)
             raise typer.Exit(1)
         cands = res.candidates
+        from moetune.plan.ties import group_candidates
         items = [candidate_json(c, cands[i + 1] if i + 1 < len(cands) else None) for i, c in enumerate(cands)]
         out = {
             "request": {"model": req.model.name, "system": req.system.name, "gpus": req.gpus,
@@ -158,6 +159,8 @@ def register(app: typer.Typer) -> None:
             "layouts": res.layouts, "pruned": {"memory_floor": res.pruned_memory, "compute_bound": res.pruned_bound,
                                                "checker": res.rejected_by_check},
             "notes": res.notes,
+            # distinct layouts (VPP/MBS near-duplicates folded) and which tie with #1 (plan/ties.py)
+            "groups": [g.to_json() for g in group_candidates(cands)],
         }
         if json_out:
             print_json(out)
@@ -187,7 +190,11 @@ def _render(out: dict[str, Any]) -> None:
                   f"seq {req['seq']}, {','.join(req['precisions'])}")
     console.print(f"searched {out['searched']} configs over {out['layouts']} layouts in {out['seconds']} s; "
                   f"{out['feasible']} feasible ({out['headroom_policy']})")
-    for i, c in enumerate(out["candidates"]):
+    groups = out.get("groups") or [{"members": [i + 1], "step_time_range_s": [0, 0], "vpp": [], "mbs": [],
+                                    "ties_with_first": i == 0} for i in range(len(out["candidates"]))]
+    for g in groups:
+        i = g["members"][0] - 1
+        c = out["candidates"][i]
         lay, f, m, tm = c["layout"], c["features"], c["memory"], c["time"]
         layout = f"TP{lay['tp']} PP{lay['pp']}" + (f" VPP{lay['vpp']}" if lay["vpp"] > 1 else "") + \
             f" CP{lay['cp']} EP{lay['ep']} ETP{lay['etp']} DP{lay['dp']} EDP{lay['edp']} MBS{lay['mbs']}"
@@ -209,9 +216,18 @@ def _render(out: dict[str, Any]) -> None:
             parts.append("graphs " + ",".join(f["cuda_graph_scope"]))
         if f.get("fine_grained_activation_offloading") or f.get("optimizer_cpu_offload"):
             parts.append("offload")
-        console.print(f"[bold]#{i + 1}[/] {layout}  {tm['step_time_s']:.2f} s/step  "
+        band = tm.get("band")
+        bt = f" [{band['lo_s']:.2f}-{band['hi_s']:.2f}]" if band else ""
+        tie = "  (tie with #1: within noise)" if g["ties_with_first"] and i > 0 else ""
+        console.print(f"[bold]#{i + 1}[/] {layout}  {tm['step_time_s']:.2f}{bt} s/step  "
                       f"{tm['model_tflops_per_gpu']:.0f} TFLOP/s/GPU  {m.get('peak_allocated_gib', 0):.1f} GiB  "
-                      f"wall: {tm.get('dominant_wall')}", soft_wrap=False)
+                      f"wall: {tm.get('dominant_wall')}{tie}", soft_wrap=False)
+        if len(g["members"]) > 1:
+            lo, hi = g["step_time_range_s"]
+            console.print(f"    + {len(g['members']) - 1} near-duplicate(s) #"
+                          + ",#".join(str(x) for x in g["members"][1:])
+                          + f": VPP {'/'.join(map(str, g['vpp']))}, MBS {'/'.join(map(str, g['mbs']))}, "
+                          f"{lo:.2f}-{hi:.2f} s/step", markup=False)
         console.print("    " + (", ".join(p for p in parts if p) or "no recompute, no overlap or graph features"),
                       markup=False)
     best = out["candidates"][0]
@@ -223,7 +239,13 @@ def _render(out: dict[str, Any]) -> None:
     why = best.get("why")
     if why:
         terms = ", ".join(f"{x['term']} {x['delta_s']:+.3f}s" for x in why["largest_terms"])
-        console.print(f"#1 beats #2 by {why['vs_next_step_time_s']:.3f} s/step ({why['vs_next_pct']:.1f} %): {terms}")
+        ties = [f"#{g['members'][0]}" for g in groups[1:] if g["ties_with_first"]]
+        if why.get("within_noise"):
+            console.print(f"#1 vs #2: within noise (prediction bands overlap; {why['vs_next_pct']:.1f} % apart: "
+                          f"{terms}); layouts tied with #1: {', '.join(ties) or 'none'}", markup=False)
+        else:
+            console.print(f"#1 beats #2 by {why['vs_next_step_time_s']:.3f} s/step ({why['vs_next_pct']:.1f} %), "
+                          f"beyond the prediction bands: {terms}", markup=False)
     launch = best.get("launch") or {}
     if launch:
         console.print(f"\n[bold]Launch #1[/] ({launch['nodes']} nodes x {launch['gpus_per_node']} GPUs"

@@ -30,6 +30,7 @@ from moetune.perfmodel import host as H
 from moetune.perfmodel import schedule as S
 from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
 from moetune.perfmodel.memory import state_bytes
+from moetune.perfmodel.uncertainty import Band, band_for
 from moetune.spec.job import Job
 from moetune.spec.model import ModelArch
 
@@ -69,6 +70,8 @@ class TimeEstimate(BaseModel):
     compute_detail: dict[str, float] = Field(description="seconds per step on the bottleneck stage by kernel kind")
     assumptions: list[str]
     efficiency_source: str
+    band: Band | None = Field(default=None, description="prediction interval of step_time_s from the cross-validated "
+                                                        "residuals of its class of system and model")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -941,6 +944,7 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
         dominant_wall=dominant, flops_per_token=prof.flops_per_token, num_microbatches=prof.m,
         bottleneck_stage=res["bottleneck"], stage_seconds=res["stage_seconds"], compute_detail=res["detail"],
         assumptions=assumptions, efficiency_source=eff.origin,
+        band=band_for(job.model, job.system, step),
     )
 
 
@@ -952,7 +956,12 @@ def render_time(est: TimeEstimate, console) -> None:
     colors = {"compute": "green", "recompute": "yellow", "comm_tp": "cyan", "comm_cp": "bright_cyan",
               "comm_ep": "magenta", "comm_pp": "blue", "comm_dp": "bright_blue", "pipeline_bubble": "white",
               "host": "red", "optimizer": "bright_black"}
-    console.print(f"[bold]Step time[/] {est.step_time_s:.3f} s   [bold]tokens/s/GPU[/] {est.tokens_per_s_per_gpu:,.0f}"
+    band = ""
+    if est.band is not None:
+        band = (f" ({100 * est.band.coverage:.0f} % band {est.band.lo_s:.3f}-{est.band.hi_s:.3f} s, "
+                f"{est.band.cls})")
+    console.print(f"[bold]Step time[/] {est.step_time_s:.3f} s{band}   "
+                  f"[bold]tokens/s/GPU[/] {est.tokens_per_s_per_gpu:,.0f}"
                   f"   [bold]model TFLOP/s/GPU[/] {est.model_tflops_per_gpu:,.1f}   "
                   + f"MFU {est.mfu['vs_bf16_peak'] * 100:.1f}% of BF16 peak, "
                   f"{est.mfu['vs_precision_peak'] * 100:.1f}% of {est.precision} peak")

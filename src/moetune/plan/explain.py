@@ -42,7 +42,10 @@ def why_better(a: Any, b: Any, *, top: int = 3) -> dict[str, Any]:
                    ("tp", "cp", "pp", "vpp", "ep", "etp", "mbs") if getattr(a.layout, k) != getattr(b.layout, k)}
     fa, fb = a.job.features, b.job.features
     feat_diff = {k: (getattr(fa, k), getattr(fb, k)) for k in type(fa).model_fields if getattr(fa, k) != getattr(fb, k)}
+    from moetune.plan.ties import within_noise
+
     return {
+        "within_noise": within_noise(a, b),
         "vs_next_step_time_s": round(b.step_time_s - a.step_time_s, 6),
         "vs_next_pct": round(100.0 * (b.step_time_s - a.step_time_s) / b.step_time_s, 3) if b.step_time_s else 0.0,
         "layout_differences": {k: list(v) for k, v in layout_diff.items()},

@@ -1,0 +1,102 @@
+"""Prediction bands: built from cross-validated residuals, cover about their stated share of held-out runs, carried
+by every estimate; plan ties are grouped."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import DATA, run_cli
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.perfmodel.calibration import (
+    RunPredictor,
+    build_published_job,
+    cross_validate,
+    default_efficiency,
+    read_measured_csv,
+)
+from moetune.perfmodel.uncertainty import MIN_CLASS_RUNS, band_for, build_table, job_class, shipped_table
+
+
+def test_table_quantiles_and_fallback():
+    rng = np.random.default_rng(0)
+    res = rng.normal(0.0, 0.1, 400)
+    classes = ["hopper/moe"] * 200 + ["blackwell/dense"] * 195 + ["hopper/dense"] * 5
+    doc = build_table(classes, res, coverage=0.8)
+    hm = doc["classes"]["hopper/moe"]
+    assert hm["q_lo"] == pytest.approx(np.quantile(res[:200], 0.1), abs=1e-4)
+    assert hm["q_hi"] == pytest.approx(np.quantile(res[:200], 0.9), abs=1e-4)
+    assert "hopper/dense" not in doc["classes"]  # 5 < MIN_CLASS_RUNS: falls back to the GPU family
+    assert 5 < MIN_CLASS_RUNS
+    b = band_for(get_model("Llama-3-8B"), get_system("DGX-H100"), 2.0, table=doc)
+    assert b.cls == "hopper" and b.lo_s < 2.0 < b.hi_s
+    assert b.contains(2.0) and not b.contains(b.hi_s * 1.01)
+
+
+def test_every_estimate_carries_its_band_in_json():
+    r = run_cli("estimate", "--model", "Qwen3-30B-A3B", "--system", "DGX-H100", "--gpus", "16", "--gbs", "1024",
+                "--seq", "4096", "--ep", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)["time"]
+    band = t["band"]
+    assert band["lo_s"] < t["step_time_s"] < band["hi_s"]
+    assert band["cls"] == "hopper/moe" and band["coverage"] == shipped_table()["coverage"]
+    human = run_cli("estimate", "--model", "Qwen3-30B-A3B", "--system", "DGX-H100", "--gpus", "16", "--gbs",
+                    "1024", "--seq", "4096", "--ep", "16")
+    assert "% band" in human.stdout
+
+
+def test_bands_cover_about_their_share_of_held_out_runs():
+    """Recompute the leave-one-system-out folds with the current model and fit, and check the shipped bands hold
+    about their stated share of the held-out runs (the catalog must be rewritten when the model changes)."""
+    runs, _ = read_measured_csv(DATA / "perf" / "mbridge_perf_calibration.csv", job_builder=build_published_job)
+    base = default_efficiency()
+    pred = RunPredictor(runs, base)
+    cv = cross_validate(pred, base, "system")
+    inside = []
+    for i, r in enumerate(runs):
+        meas_step = r.job.global_batch_size * r.job.seq_length / r.job.gpus * pred.fpt[i] / 1e12 / r.tflops
+        pred_step = meas_step * r.tflops / cv.predicted[i]
+        inside.append(band_for(r.job.model, r.job.system, pred_step).contains(meas_step))
+    cover = float(np.mean(inside))
+    stated = shipped_table()["coverage"]
+    assert abs(cover - stated) <= 0.12, (cover, stated)
+    # every class of the published rows has its own band (or its GPU family's)
+    for c in {job_class(r.job.model, r.job.system) for r in runs}:
+        assert c in shipped_table()["classes"] or c.split("/")[0] in shipped_table()["classes"]
+
+
+def test_plan_groups_near_duplicates_and_ties():
+    r = run_cli("plan", "--model", "Qwen3-30B-A3B", "--system", "DGX-H100", "--gpus", "16", "--gbs", "1024",
+                "--seq", "4096", "--top", "8", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    cands, groups = out["candidates"], out["groups"]
+    # every candidate in exactly one group; a group is one distinct layout (VPP / MBS may differ)
+    members = sorted(m for g in groups for m in g["members"])
+    assert members == list(range(1, len(cands) + 1))
+    keys = []
+    for g in groups:
+        lays = [cands[m - 1]["layout"] for m in g["members"]]
+        k = {(x["tp"], x["cp"], x["pp"], x["ep"], x["etp"]) for x in lays}
+        assert len(k) == 1
+        keys.append(k.pop())
+        times = [cands[m - 1]["time"]["step_time_s"] for m in g["members"]]
+        assert g["step_time_range_s"] == [min(times), max(times)]
+    assert len(keys) == len(set(keys))
+    # ties: a group ties with #1 iff some member's band overlaps #1's band
+    b1 = cands[0]["time"]["band"]
+    for g in groups:
+        overlap = any(cands[m - 1]["time"]["band"]["lo_s"] <= b1["hi_s"] for m in g["members"])
+        assert g["ties_with_first"] == overlap
+    if len(cands) > 1:
+        assert cands[0]["why"]["within_noise"] == (cands[1]["time"]["band"]["lo_s"] <= b1["hi_s"])
+    human = run_cli("plan", "--model", "Qwen3-30B-A3B", "--system", "DGX-H100", "--gpus", "16", "--gbs", "1024",
+                    "--seq", "4096", "--top", "8")
+    if cands[0]["why"]["within_noise"]:
+        assert "within noise" in human.stdout and "beats #2" not in human.stdout
+    if any(len(g["members"]) > 1 for g in groups):
+        assert "near-duplicate" in human.stdout
