@@ -269,6 +269,10 @@ def job_from_config(cfg: dict, *, system: str | System | None = None, gpus: int 
     from moetune.catalog.systems import get_system
 
     notes: list[str] = []
+    ignored = cfg.get("_megatron_ignored")
+    if ignored:  # moetune.io.megatron_args: real Megatron-LM flags whose value does not reach the estimate
+        notes.append(f"{len(ignored)} Megatron-LM flag(s) accepted but not modelled (no effect on the memory or "
+                     f"time estimate): {' '.join(ignored)}")
     meta = cfg.get("_meta") or {}
     gpus = gpus or meta.get("gpus")
     if not gpus:
@@ -639,8 +643,13 @@ def config_to_megatron_args(cfg: dict) -> list[str]:
         elif flag == "moe-layer-freq":
             out += [f"--{flag}", str(v) if isinstance(v, int) else "[" + ",".join(map(str, v)) + "]"]
         else:
-            out += [f"--{flag}", str(v)]
+            out += [f"--{flag}", _MLM_DTYPE.get(str(v), str(v)) if flag in _MLM_DTYPE_FLAGS else str(v)]
     return out
+
+
+#: Bridge's optimizer dtypes are torch dtype names; Megatron-LM's flags take short names (arguments.py choices)
+_MLM_DTYPE = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "uint8": "fp8"}
+_MLM_DTYPE_FLAGS = ("main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype")
 
 
 def config_to_bridge_overrides(cfg: dict) -> list[str]:

@@ -2,25 +2,41 @@
 
 Accepted forms:
 
-* a plain argument string or file (``--num-layers 16 --hidden-size 1024 --bf16 ...``, shell line continuations ok);
+* a plain argument string or file (``--num-layers 16 --hidden-size 1024 --bf16 ...``; shell quoting, ``\\``
+  line continuations and ``#`` comments as bash reads them; a launcher prefix ``torchrun ... pretrain_gpt.py`` is
+  skipped);
 * the functional-test ``model_config.yaml`` form (``MODEL_ARGS: {--flag: value}`` plus ``ENV_VARS``), as in
-  ``tests/functional_tests/test_cases/*/*/model_config.yaml`` of NVIDIA/Megatron-LM.
+  ``tests/functional_tests/test_cases/*/*/model_config.yaml`` of NVIDIA/Megatron-LM, turned into arguments the way
+  ``tests/functional_tests/shell_test_utils/_run_training.sh`` does (``true`` -> the bare flag, a list -> its items
+  as separate values, ``""`` -> dropped; ``false`` -> the flag is not given).
 
-Every flag maps to a Bridge field (``model.*``, ``train.*``, ``optimizer.*``, ``ddp.*``, ``dist.*``, ``rng.*``, ...);
-the mapping follows ``megatron/training/arguments.py`` (argparse dests) and Bridge's
-``megatron/bridge/training/config.py`` (where each field lives). Megatron-LM's own defaults that differ from
-Megatron-Core's (``--expert-tensor-parallel-size`` -> TP, ``gradient_accumulation_fusion`` True,
-``bias_dropout_fusion`` True, ...) are resolved by the effective-config replay with ``frontend='megatron-lm'``.
+Which flags exist, and how argparse consumes their values (``store_true`` / ``store_false`` / ``--no-`` forms,
+``BooleanOptionalAction``, ``nargs``, ``choices``, ``type``), comes from the generated catalog
+``moetune/catalog/megatron_flags.json`` (every flag of ``megatron/training/arguments.py`` at a named Megatron-LM
+commit, regenerated with ``tools/gen_megatron_flags.py``); ``allow_abbrev=False`` as Megatron's parser.
+A flag Megatron does not have is an error naming the closest real one.
 
-An unknown flag, a repeated flag with a different value, ``--x`` with ``--no-x``, or a non-numeric value for a
-numeric flag raises a one-line :class:`InputError`.
+Flags that moetune models map to a Bridge field (``model.*``, ``train.*``, ``optimizer.*``, ``ddp.*``, ...) through
+``_TABLE`` below; the mapping follows ``megatron/training/arguments.py`` (argparse dests,
+``core_transformer_config_from_args``) and Bridge's ``megatron/bridge/training/config.py`` (where each field lives).
+Megatron-LM's own defaults that differ from Megatron-Core's (``--expert-tensor-parallel-size`` -> TP,
+``gradient_accumulation_fusion`` True, ...) are resolved by the effective-config replay with
+``frontend='megatron-lm'``. Every other catalog flag is accepted, its value checked against the catalog, and listed
+once in ``cfg['_megatron_ignored']`` (the estimate's assumptions say they were not modelled).
+
+An unknown flag, a repeated flag with a different value, ``--x`` with ``--no-x``, a value of the wrong type or
+outside ``choices``, a non-positive size, or top-k above the expert count raises a one-line :class:`InputError`
+naming the file, the flag, the value and what was expected. Parsing is linear in the input size.
 """
 
 from __future__ import annotations
 
 import ast
+import difflib
+import functools
+import json
 import re
-import shlex
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +49,6 @@ from moetune.errors import InputError
 _TABLE = """
 tensor-model-parallel-size            model.tensor_model_parallel_size                         int
 pipeline-model-parallel-size          model.pipeline_model_parallel_size                       int
-virtual-pipeline-model-parallel-size  model.virtual_pipeline_model_parallel_size               int
 num-virtual-stages-per-pipeline-rank  model.virtual_pipeline_model_parallel_size               int
 num-layers-per-virtual-pipeline-stage mlm.num_layers_per_virtual_pipeline_stage                int
 pipeline-model-parallel-layout        model.pipeline_model_parallel_layout                     str
@@ -58,7 +73,6 @@ num-distributed-optimizer-instances   ddp.num_distributed_optimizer_instances   
 use-distributed-optimizer             ddp.use_distributed_optimizer,optimizer.use_distributed_optimizer bool
 overlap-grad-reduce                   ddp.overlap_grad_reduce                                  bool
 overlap-param-gather                  ddp.overlap_param_gather,optimizer.overlap_param_gather  bool
-align-param-gather                    ddp.align_param_gather                                   bool
 overlap-param-gather-with-optimizer-step optimizer.overlap_param_gather_with_optimizer_step     bool
 ddp-average-in-collective             ddp.average_in_collective                                bool
 ddp-bucket-size                       ddp.bucket_size                                          int
@@ -140,7 +154,6 @@ moe-router-score-function             model.moe_router_score_function           
 moe-router-topk-scaling-factor        model.moe_router_topk_scaling_factor                     float
 moe-router-group-topk                 model.moe_router_group_topk                              int
 moe-router-num-groups                 model.moe_router_num_groups                              int
-moe-router-topk-limited-devices       model.moe_router_topk_limited_devices                    int
 moe-router-enable-expert-bias         model.moe_router_enable_expert_bias                      bool
 moe-router-bias-update-rate           model.moe_router_bias_update_rate                        float
 moe-router-dtype                      model.moe_router_dtype                                   str
@@ -173,7 +186,6 @@ recompute-num-layers                  model.recompute_num_layers                
 recompute-modules                     model.recompute_modules                                  list
 recompute-activations                 mlm.recompute_activations                                bool
 distribute-saved-activations          model.distribute_saved_activations                       bool
-cpu-offloading                        model.cpu_offloading                                     bool
 cpu-offloading-num-layers             model.cpu_offloading_num_layers                          int
 fine-grained-activation-offloading    model.fine_grained_activation_offloading                 bool
 offload-modules                       model.offload_modules                                    list
@@ -185,7 +197,6 @@ enable-cuda-graph                     model.enable_cuda_graph                   
 external-cuda-graph                   model.external_cuda_graph                                bool
 te-rng-tracker                        rng.te_rng_tracker,model.use_te_rng_tracker              bool
 tp-comm-overlap                       model.tp_comm_overlap                                    bool
-overlap-p2p-communication             model.overlap_p2p_comm                                   bool
 no-overlap-p2p-communication          model.overlap_p2p_comm                                   nobool
 overlap-p2p-communication-warmup-flush model.overlap_p2p_comm_warmup_flush                     bool
 defer-embedding-wgrad-compute         model.defer_embedding_wgrad_compute                      bool
@@ -263,7 +274,6 @@ ckpt-fully-parallel-load              checkpoint.fully_parallel_load            
 ckpt-assume-constant-structure        checkpoint.ckpt_assume_constant_structure                bool
 auto-detect-ckpt-format               checkpoint.auto_detect_ckpt_format                       bool
 async-strategy                        checkpoint.async_strategy                                str
-use-checkpoint-opt                    checkpoint.use_checkpoint_opt                            bool
 use-checkpoint-opt_param-scheduler    checkpoint.use_checkpoint_opt_param_scheduler            bool
 finetune                              checkpoint.finetune                                      bool
 log-interval                          logger.log_interval                                      int
@@ -282,6 +292,10 @@ wandb-entity                          logger.wandb_entity                       
 wandb-save-dir                        logger.wandb_save_dir                                    str
 use-mcore-models                      mlm.use_mcore_models                                     bool
 seed                                  rng.seed                                                 int
+activation-func-clamp-value           model.activation_func_clamp_value                        float
+moe-flex-dispatcher-num-sms           model.moe_flex_dispatcher_num_sms                        int
+hybrid-layer-pattern                  model.hybrid_layer_pattern                               str
+hybrid-override-pattern               model.hybrid_override_pattern                            str
 """
 
 _TYPES = {"int", "float", "str", "bool", "nobool", "list", "intlist", "any"}
@@ -298,11 +312,109 @@ def _load_table() -> dict[str, tuple[tuple[str, ...], str]]:
 
 FLAGS = _load_table()
 
+# ------------------------------------------------------------------------------------------- what moetune models
+#: Config fields the Job builder reads (moetune.io.config_to_job: ``arch_from_model_fields``, ``job_from_config``,
+#: ``features_from_effective``, ``tokenizer_vocab``). A flag whose targets include one of them changes the estimate.
+_TIME_ONLY = {  # read only by the step-time model (perfmodel compute/comm/schedule/host)
+    "cp_comm_type", "first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
+    "grad_reduce_in_fp32", "moe_flex_dispatcher_num_sms", "overlap_grad_reduce", "overlap_p2p_comm",
+    "overlap_param_gather", "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "moe_grouped_gemm",
+    "moe_shared_expert_overlap", "manual_gc", "moe_flex_dispatcher_backend", "moe_enable_deepep",
+}
+_MEMORY_ONLY = {  # read only by the memory model (perfmodel memory/activations/runtime_tail)
+    "cross_entropy_fusion_impl", "cross_entropy_loss_fusion", "exp_avg_dtype", "exp_avg_sq_dtype",
+    "main_params_dtype", "fine_grained_activation_offloading", "offload_modules", "optimizer_cpu_offload",
+    "optimizer_offload_fraction", "transformer_impl", "use_precision_aware_optimizer",
+    "num_distributed_optimizer_instances", "hidden_dropout", "attention_dropout",
+}
+_BOTH = {
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "activation_func_clamp_value",
+    "add_bias_linear", "add_qkv_bias", "attention_backend", "context_parallel_size", "cpu_offloading_num_layers",
+    "cuda_graph_impl", "cuda_graph_modules", "cuda_graph_scope", "data_parallel_sharding_strategy",
+    "delay_wgrad_compute", "expert_model_parallel_size", "expert_tensor_parallel_size", "ffn_hidden_size",
+    "fp16", "bf16", "fp4", "fp8", "fp8_param", "fp8_param_gather", "fp8_recipe", "fp4_param", "fp4_recipe",
+    "global_batch_size", "hidden_size", "hybrid_layer_pattern", "hybrid_override_pattern", "kv_channels",
+    "kv_lora_rank", "main_grads_dtype", "make_vocab_size_divisible_by", "merge_file", "micro_batch_size",
+    "moe_expert_capacity_factor", "moe_ffn_hidden_size", "moe_latent_size", "moe_layer_freq",
+    "moe_pad_expert_input_to_capacity", "moe_router_force_load_balancing", "moe_router_group_topk",
+    "moe_router_num_groups", "moe_router_topk", "moe_shared_expert_intermediate_size", "moe_token_dispatcher_type",
+    "mtp_num_layers", "multi_latent_attention", "normalization", "num_attention_heads", "num_layers",
+    "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "num_moe_experts",
+    "num_query_groups", "overlap_moe_expert_parallel_comm", "vocab_size", "pipeline_model_parallel_layout",
+    "pipeline_model_parallel_size", "q_lora_rank", "qk_head_dim", "qk_layernorm", "qk_pos_emb_head_dim",
+    "rampup_batch_size", "recompute_granularity", "recompute_method", "recompute_modules", "recompute_num_layers",
+    "seq_length", "sequence_parallel", "share_embeddings_and_output_weights", "step_batch_size_schedule",
+    "tensor_model_parallel_size", "tokenizer_model", "tokenizer_type", "use_distributed_optimizer",
+    "use_megatron_fsdp", "v_head_dim", "virtual_pipeline_model_parallel_size", "vocab_file",
+    # mlm.* specials resolved into model fields by _resolve_mlm_specials
+    "swiglu", "squared_relu", "recompute_activations", "group_query_attention",
+    "num_layers_per_virtual_pipeline_stage",
+}
+
+
+def _effect(targets: tuple[str, ...]) -> str:
+    fields = {t.split(".", 1)[1] for t in targets}
+    if fields & _BOTH or (fields & _TIME_ONLY and fields & _MEMORY_ONLY):
+        return "memory+time"
+    if fields & _TIME_ONLY:
+        return "time"
+    if fields & _MEMORY_ONLY:
+        return "memory"
+    return "none"
+
+
+#: "--flag" -> "memory" | "time" | "memory+time" for every flag whose value reaches the estimate (others: "none").
+#: tools/gen_megatron_flags.py writes this into the catalog's ``models`` column.
+MODELED: dict[str, str] = {f"--{f}": e for f, (t, _typ) in FLAGS.items() if (e := _effect(t)) != "none"}
+
+#: table flags whose value is a size that must be >= 1 (MLM-003: --num-experts 0 means dense, so it is >= 0)
+_POSITIVE = {
+    "tensor-model-parallel-size", "pipeline-model-parallel-size", "num-virtual-stages-per-pipeline-rank",
+    "num-layers-per-virtual-pipeline-stage", "context-parallel-size", "expert-model-parallel-size",
+    "expert-tensor-parallel-size", "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads",
+    "num-query-groups", "kv-channels", "max-position-embeddings", "make-vocab-size-divisible-by", "vocab-size",
+    "padded-vocab-size", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "moe-router-topk",
+    "moe-router-group-topk", "moe-router-num-groups", "moe-latent-size", "q-lora-rank", "kv-lora-rank",
+    "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "micro-batch-size", "global-batch-size", "seq-length",
+    "num-distributed-optimizer-instances", "microbatch-group-size-per-virtual-pipeline-stage",
+}
+_NON_NEGATIVE = {"num-experts", "mtp-num-layers", "recompute-num-layers", "cpu-offloading-num-layers",
+                 "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers",
+                 "num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16"}
+
 
 def known_flags() -> list[str]:
+    """Flags moetune maps to config fields (without dashes)."""
     return sorted(FLAGS)
 
 
+# ------------------------------------------------------------------------------------------------------ catalog
+@functools.lru_cache(maxsize=1)
+def catalog() -> dict[str, Any]:
+    """The generated Megatron-LM flag catalog (``moetune/catalog/megatron_flags.json``)."""
+    text = resources.files("moetune.catalog").joinpath("megatron_flags.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def catalog_flags() -> dict[str, dict[str, Any]]:
+    """"--flag" -> its catalog record (dest, group, action, type, default, nargs, choices, models, ...)."""
+    return catalog()["flags"]
+
+
+def closest_flag(name: str) -> str | None:
+    close = difflib.get_close_matches(name, list(catalog_flags()), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _unknown(option: str) -> InputError:
+    near = closest_flag(option)
+    src = catalog()["source"]
+    hint = f"; closest: {near}" if near else ""
+    return InputError(f"{option}: not a Megatron-LM argument ({src['repository']}@{src['commit'][:12]}){hint}",
+                      field=option, value=option, expected="a flag of megatron/training/arguments.py")
+
+
+# ---------------------------------------------------------------------------------------------- value conversion
 def _is_true(v: Any) -> bool | None:
     if isinstance(v, bool):
         return v
@@ -324,7 +436,7 @@ def _convert(flag: str, typ: str, raw: Any) -> Any:
             raise InputError.bad_value(f"--{flag}", raw, "a store_true flag (no value, or true/false)")
         return b if typ == "bool" else not b
     if raw is None or (isinstance(raw, list) and not raw):
-        raise InputError(f"--{flag}: missing value")
+        raise InputError(f"--{flag}: missing value", field=f"--{flag}", expected="a value")
     if typ in ("list", "intlist"):
         items = raw if isinstance(raw, list) else _split_list(str(raw))
         if typ == "intlist":
@@ -335,23 +447,41 @@ def _convert(flag: str, typ: str, raw: Any) -> Any:
             raise InputError.bad_value(f"--{flag}", " ".join(map(str, raw)), "a single value")
         raw = raw[0]
     if typ == "int":
-        if isinstance(raw, bool):
-            raise InputError.bad_value(f"--{flag}", raw, "an integer")
-        try:
-            f = float(raw)
-        except (TypeError, ValueError):
-            raise InputError.bad_value(f"--{flag}", raw, "an integer") from None
-        if f != int(f):
-            raise InputError.bad_value(f"--{flag}", raw, "an integer")
-        return int(f)
+        return _to_int(f"--{flag}", raw)
     if typ == "float":
-        try:
-            return float(raw)
-        except (TypeError, ValueError):
-            raise InputError.bad_value(f"--{flag}", raw, "a number") from None
+        return _to_float(f"--{flag}", raw)
     if typ == "any":
         return raw
     return str(raw)
+
+
+def _to_int(field: str, raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise InputError.bad_value(field, raw, "an integer")
+    if isinstance(raw, int):
+        return raw
+    s = str(raw).strip()
+    if re.fullmatch(r"[-+]?\d+", s):
+        return int(s)
+    try:
+        f = float(s)
+    except (TypeError, ValueError):
+        raise InputError.bad_value(field, raw, "an integer") from None
+    if f != f or f in (float("inf"), float("-inf")) or f != int(f):
+        raise InputError.bad_value(field, raw, "an integer")
+    return int(f)
+
+
+def _to_float(field: str, raw: Any) -> float:
+    if isinstance(raw, bool):
+        raise InputError.bad_value(field, raw, "a number")
+    try:
+        v = float(raw)
+    except (TypeError, ValueError):
+        raise InputError.bad_value(field, raw, "a number") from None
+    if v != v:
+        raise InputError.bad_value(field, raw, "a number (not nan)")
+    return v
 
 
 def _split_list(s: str) -> list[str]:
@@ -376,7 +506,7 @@ def parse_moe_layer_freq(value: Any, field: str = "--moe-layer-freq") -> int | l
     try:
         node = ast.parse(text, mode="eval").body
         res = _eval_list_expr(node)
-    except (SyntaxError, ValueError, TypeError):
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError):
         raise InputError.bad_value(field, value, "an int or a list expression like ([0]*1+[1]*15)") from None
     if isinstance(res, list):
         return [int(x) for x in res]
@@ -397,119 +527,393 @@ def _eval_list_expr(node: ast.AST) -> Any:
             return b * a
         if isinstance(a, list) and isinstance(b, list) and isinstance(node.op, ast.Add):
             return a + b
-        if isinstance(a, int) and isinstance(b, int):
+        if isinstance(a, int) and isinstance(b, int) and abs(a) < 10**9 and abs(b) < 10**9:
             return a + b if isinstance(node.op, ast.Add) else a * b
     raise ValueError("unsupported expression")
 
 
-def _tokenize(text: str) -> list[tuple[str, Any]]:
-    """Plain argument string -> [(flag, raw)] where raw is None (bare), a str, or a list of strs."""
-    text = text.replace("\\\n", " ")
-    try:
-        tokens = shlex.split(text, comments=True)
-    except ValueError as e:
-        raise InputError(f"megatron arguments: cannot split ({e})") from None
-    out: list[tuple[str, Any]] = []
+# ------------------------------------------------------------------------------------------------ shell words
+_WORD_RE = re.compile(r"""
+    (?P<ws>[ \t\r\n\f\v]+)
+  | (?P<cont>\\\n)
+  | (?P<sq>'[^']*')
+  | (?P<dq>"(?:[^"\\]|\\.)*")
+  | (?P<esc>\\.)
+  | (?P<hash>\#)
+  | (?P<word>[^ \t\r\n\f\v'"\\\#]+)
+  | (?P<bad>['"\\])
+""", re.X | re.S)
+_DQ_ESC = re.compile(r'\\([$`"\\\n])')
+
+
+def shell_words(text: str) -> list[str]:
+    """Split like bash does (single/double quotes, backslash escapes, ``\\<newline>`` continuations, ``#`` comments
+    at the start of a word). One left-to-right regex scan: linear in the text length."""
+    words: list[str] = []
+    parts: list[str] = []
+    in_word = False
+    pos, n = 0, len(text)
+    while pos < n:
+        m = _WORD_RE.match(text, pos)
+        assert m is not None  # every character matches one alternative
+        kind = m.lastgroup
+        pos = m.end()
+        if kind == "ws" or kind == "cont":
+            if in_word:
+                words.append("".join(parts))
+                parts, in_word = [], False
+        elif kind == "hash":
+            if in_word:
+                parts.append("#")
+            else:  # comment to end of line
+                nl = text.find("\n", pos)
+                pos = n if nl < 0 else nl
+        elif kind == "sq":
+            parts.append(m.group()[1:-1])
+            in_word = True
+        elif kind == "dq":
+            parts.append(_DQ_ESC.sub(lambda e: "" if e.group(1) == "\n" else e.group(1), m.group()[1:-1]))
+            in_word = True
+        elif kind == "esc":
+            parts.append(m.group()[1])
+            in_word = True
+        elif kind == "word":
+            parts.append(m.group())
+            in_word = True
+        else:
+            line = text.count("\n", 0, m.start()) + 1
+            what = "a quote" if m.group() in "'\"" else "a backslash"
+            raise InputError(f"line {line}: unterminated {m.group()!r} ({what} without its end)",
+                             field="quoting", value=m.group(), expected="balanced shell quotes")
+    if in_word:
+        words.append("".join(parts))
+    return words
+
+
+# -------------------------------------------------------------------------------------------- argparse replay
+_NEG_NUMBER = re.compile(r"^-(\d+|\d*\.\d+)([eE][-+]?\d+)?$")
+_LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "srun", "mpirun")
+
+
+def _looks_like_option(tok: str) -> bool:
+    return tok.startswith("-") and len(tok) > 1 and not _NEG_NUMBER.match(tok)
+
+
+def _strip_launcher(tokens: list[str]) -> list[str]:
+    """Drop ``[ENV=v ...] torchrun [launcher options] script.py`` before the first Megatron flag."""
+    if not tokens or tokens[0].startswith("--"):
+        return tokens
+    for i, tok in enumerate(tokens):  # the first word is not a flag: a launcher line up to the script
+        if tok.endswith(".py"):
+            return tokens[i + 1:]
     i = 0
-    while i < len(tokens):
+    while i < len(tokens) and not tokens[i].startswith("-") and (
+            "=" in tokens[i] or tokens[i].rsplit("/", 1)[-1] in _LAUNCHERS):
+        i += 1
+    return tokens[i:]
+
+
+def _nargs_of(rec: dict[str, Any]) -> Any:
+    action = rec.get("action", "store")
+    if action in ("store_true", "store_false", "store_const", "append_const", "count", "help", "version"):
+        return 0
+    if action == "BooleanOptionalAction":
+        return 0
+    return rec.get("nargs")
+
+
+def _consume(tokens: list[str]) -> list[tuple[str, list[str] | None]]:
+    """Argument tokens -> [(option, values)] as argparse (``allow_abbrev=False``) groups them; values is None for
+    a bare flag. Unknown options and stray values are errors."""
+    flags = catalog_flags()
+    out: list[tuple[str, list[str] | None]] = []
+    i, n = 0, len(tokens)
+    while i < n:
         tok = tokens[i]
-        if not tok.startswith("--"):
-            if i == 0 or tokens[i - 1].endswith((".py", "torchrun", "python", "python3")):
-                i += 1  # launcher words (python pretrain_gpt.py ...)
-                continue
-            raise InputError.bad_value("megatron arguments", tok, "--flag [value ...]")
-        flag = tok[2:]
-        if "=" in flag:
-            flag, val = flag.split("=", 1)
-            out.append((flag, val))
-            i += 1
+        if not _looks_like_option(tok):
+            raise InputError(f"{tok!r}: unexpected value (no flag takes it; Megatron-LM would stop with "
+                             "'unrecognized arguments')", field="arguments", value=tok, expected="--flag [value ...]")
+        if tok == "--":
+            raise InputError("'--' ends the options: Megatron-LM takes no positional arguments", field="arguments",
+                             value=tok, expected="--flag [value ...]")
+        option, explicit = (tok.split("=", 1) + [None])[:2] if "=" in tok else (tok, None)
+        rec = flags.get(option)
+        if rec is None:
+            raise _unknown(option)
+        nargs = _nargs_of(rec)
+        i += 1
+        if nargs == 0:
+            if explicit is not None:
+                raise InputError.bad_value(option, explicit, f"no value ({rec.get('action')} flag)")
+            out.append((option, None))
             continue
-        vals = []
-        j = i + 1
-        while j < len(tokens) and not (tokens[j].startswith("--") and len(tokens[j]) > 2):
-            vals.append(tokens[j])
+        if explicit is not None:
+            vals = [explicit]
+            if isinstance(nargs, int) and nargs > 1:
+                raise InputError.bad_value(option, explicit, f"{nargs} values after the flag, not '='")
+            out.append((option, vals))
+            continue
+        j = i
+        while j < n and not _looks_like_option(tokens[j]):
             j += 1
-        out.append((flag, None if not vals else (vals[0] if len(vals) == 1 else vals)))
-        i = j
+        avail = tokens[i:j]
+        if nargs is None or nargs == 1:
+            if not avail:
+                raise InputError(f"{option}: missing value (expected one argument)", field=option,
+                                 expected="one value")
+            take = 1
+        elif nargs == "?":
+            take = min(1, len(avail))
+        elif nargs == "*":
+            take = len(avail)
+        elif nargs == "+":
+            if not avail:
+                raise InputError(f"{option}: missing value (expected at least one argument)", field=option,
+                                 expected="one or more values")
+            take = len(avail)
+        elif isinstance(nargs, int):
+            if len(avail) < nargs:
+                raise InputError.bad_value(option, " ".join(avail), f"{nargs} values")
+            take = nargs
+        else:
+            take = len(avail)
+        out.append((option, avail[:take]))
+        i += take
     return out
 
 
-def _pairs_from_yaml(doc: dict) -> tuple[list[tuple[str, Any]], dict[str, str]]:
-    args = doc.get("MODEL_ARGS")
-    if not isinstance(args, dict):
-        raise InputError("megatron config: expected a MODEL_ARGS mapping of --flag: value")
-    pairs: list[tuple[str, Any]] = []
+def _check_catalog_value(option: str, rec: dict[str, Any], values: list[str] | None) -> Any:
+    """Validate a value against the catalog's type / choices (as argparse would) and return it converted."""
+    if values is None:
+        action = rec.get("action")
+        if action == "BooleanOptionalAction":
+            return bool(rec.get("stores", True))
+        if action == "store_true":
+            return True
+        if action == "store_false":
+            return False
+        return rec.get("const", True)
+    typ = rec.get("type")
+    conv: list[Any] = []
+    for v in values:
+        if typ == "int":
+            conv.append(_to_int(option, v))
+        elif typ == "float":
+            conv.append(_to_float(option, v))
+        else:
+            conv.append(v)
+    choices = rec.get("choices")
+    if isinstance(choices, list) and choices:
+        for v in conv:
+            if v not in choices and str(v) not in [str(c) for c in choices]:
+                raise InputError.bad_value(option, v, "one of " + ", ".join(map(str, choices)))
+    nargs = rec.get("nargs")
+    return conv if nargs not in (None, "?") else conv[0]
+
+
+# --------------------------------------------------------------------------------------------------- entry point
+def _yaml_tokens(args: dict, where: str) -> list[tuple[str, list[str] | None]]:
+    """A MODEL_ARGS mapping -> [(option, values)] as ``_run_training.sh`` builds the command line."""
+    flags = catalog_flags()
+    out: list[tuple[str, list[str] | None]] = []
     for k, v in args.items():
         k = str(k)
         if not k.startswith("--"):
-            raise InputError.bad_value("MODEL_ARGS key", k, "--flag")
-        pairs.append((k[2:], v))
-    env = {str(k): str(v) for k, v in (doc.get("ENV_VARS") or {}).items()}
-    return pairs, env
+            raise InputError.bad_value(f"{where} key", k, "--flag")
+        option, explicit = (k.split("=", 1) + [None])[:2] if "=" in k else (k, None)
+        rec = flags.get(option)
+        if rec is None:
+            raise _unknown(option)
+        if explicit is not None:
+            raise InputError.bad_value(f"{where} key", k, "--flag (the value goes after the colon)")
+        nargs = _nargs_of(rec)
+        if v is True or v is None:
+            vals = None
+        elif v is False:
+            continue  # a false boolean: the flag is not given
+        elif isinstance(v, list):
+            vals = [_yaml_scalar(x) for x in v]
+        elif isinstance(v, dict):
+            raise InputError.bad_value(option, v, "a scalar or a list")
+        else:
+            s = _yaml_scalar(v)
+            if s == "":
+                continue  # yq drops empty values
+            st = s.strip()
+            if st.lower() == "true":
+                vals = None
+            elif re.fullmatch(r"\[[^\]]+\]", st):  # _run_training.sh strips the brackets, the shell splits
+                vals = shell_words(st[1:-1])
+            else:  # "(...)", or a value with spaces / | ( ): passed quoted, as one word
+                vals = [st]
+        if nargs == 0 and vals is not None:
+            if len(vals) == 1 and vals[0].lower() in ("true", "false"):
+                if vals[0].lower() == "false":
+                    continue
+                vals = None
+            else:
+                raise InputError.bad_value(option, v, f"true or nothing ({rec.get('action')} flag)")
+        if nargs != 0 and vals is None:
+            raise InputError(f"{option}: missing value", field=option, expected="a value")
+        out.append((option, vals))
+    return out
+
+
+def _yaml_scalar(x: Any) -> str:
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    return str(x)
+
+
+def _read_source(path_or_text: str | Path) -> tuple[str, str]:
+    """(text, name for messages). A path must be a readable UTF-8 text file."""
+    src = str(path_or_text)
+    looks_like_args = isinstance(path_or_text, str) and (
+        src.lstrip().startswith("--") or "\n" in src or len(src) >= 1024 or not src.strip())
+    if looks_like_args:
+        return src, "megatron arguments"
+    p = Path(src)
+    if p.is_dir():
+        raise InputError(f"{src}: is a directory (expected a Megatron-LM argument file or model_config.yaml)",
+                         field="--megatron-args", value=src, expected="a file")
+    if not p.is_file():
+        if " " in src.strip() or isinstance(path_or_text, Path) or src.endswith((".yaml", ".yml", ".txt", ".sh")) \
+                or "/" in src:
+            if " " not in src.strip():
+                raise InputError(f"{src}: no such file", field="--megatron-args", value=src, expected="a file")
+        return src, "megatron arguments"
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise InputError(f"{src}: cannot read ({e.strerror})", field="--megatron-args", value=src) from None
+    if b"\x00" in data:
+        raise InputError(f"{src}: binary file (NUL byte at offset {data.index(0)}); expected Megatron-LM arguments "
+                         "as text", field="--megatron-args", value=src, expected="a text file")
+    try:
+        return data.decode("utf-8"), src
+    except UnicodeDecodeError as e:
+        raise InputError(f"{src}: not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})",
+                         field="--megatron-args", value=src, expected="UTF-8 text") from None
 
 
 def read_megatron_args(path_or_text: str | Path) -> dict:
     """Megatron-LM arguments (file path, argument string, or model_config.yaml) -> nested config dict.
 
-    The result has ``frontend: 'megatron-lm'``; ``env_vars`` holds ``ENV_VARS`` from the YAML form.
+    The result has ``frontend: 'megatron-lm'``; ``env_vars`` holds ``ENV_VARS`` from the YAML form;
+    ``_megatron_ignored`` lists the given flags that do not change the estimate (each once).
     """
-    text: str
-    src = str(path_or_text)
-    looks_like_args = src.lstrip().startswith("--") or "\n" in src or len(src) >= 1024
-    p = None if looks_like_args else Path(src)
-    if p is not None and p.is_file():
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise InputError(f"{src}: cannot read ({e.strerror})") from None
-    elif p is not None and not src.lstrip().startswith("--") and (src.endswith((".yaml", ".yml", ".txt", ".sh"))):
-        raise InputError(f"{src}: no such file")
-    else:
-        text = src
+    text, name = _read_source(path_or_text)
+    try:
+        return _parse(text, name)
+    except InputError as e:
+        msg = str(e)
+        if name != "megatron arguments" and not msg.startswith(name):
+            raise InputError(f"{name}: {msg}", field=e.field, value=e.value, expected=e.expected) from None
+        raise
+
+
+def _parse(text: str, name: str) -> dict:
     env: dict[str, str] = {}
-    pairs: list[tuple[str, Any]]
-    if text.lstrip().startswith("--") or "MODEL_ARGS" not in text:
-        pairs = _tokenize(text)
+    stripped = text.lstrip()
+    if stripped.startswith("--") or not re.search(r"^\s*MODEL_ARGS\s*:", text, re.M):
+        pairs = _consume(_strip_launcher(shell_words(text)))
     else:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         try:
-            doc = yaml.safe_load(text)
+            doc = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
         except yaml.YAMLError as e:
-            raise InputError(f"{src if p else 'megatron config'}: not valid YAML ({str(e).splitlines()[0]})") from None
-        if not isinstance(doc, dict):
-            raise InputError("megatron config: expected a mapping with MODEL_ARGS")
-        pairs, env = _pairs_from_yaml(doc)
+            raise InputError(f"not valid YAML ({' '.join(str(e).split())[:200]})", field="yaml",
+                             expected="a model_config.yaml mapping") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("MODEL_ARGS"), dict):
+            raise InputError("expected a MODEL_ARGS mapping of --flag: value", field="MODEL_ARGS",
+                             expected="a mapping")
+        pairs = _yaml_tokens(doc["MODEL_ARGS"], "MODEL_ARGS")
+        envs = doc.get("ENV_VARS") or {}
+        if not isinstance(envs, dict):
+            raise InputError.bad_value("ENV_VARS", envs, "a mapping of NAME: value")
+        env = {str(k): _yaml_scalar(v) for k, v in envs.items()}
     if not pairs:
-        raise InputError("megatron arguments: no --flags found")
+        raise InputError("no --flags found", field="arguments", expected="--flag [value ...]")
     return args_to_config(pairs, env)
 
 
 def args_to_config(pairs: list[tuple[str, Any]], env: dict[str, str] | None = None) -> dict:
-    """[(flag-without-dashes, raw value)] -> nested config dict (see module doc)."""
+    """[(flag, values)] -> nested config dict (see module doc). ``flag`` may be given with or without ``--``;
+    values is None (bare flag), a string, or a list of strings."""
+    flags = catalog_flags()
     cfg: dict[str, Any] = {"frontend": "megatron-lm", "env_vars": dict(env or {})}
     seen: dict[str, tuple[str, Any]] = {}  # target path -> (flag, value)
-    for flag, raw in pairs:
+    ignored: dict[str, None] = {}
+    for option, raw in pairs:
+        option = option if option.startswith("--") else f"--{option}"
+        rec = flags.get(option)
+        if rec is None:
+            raise _unknown(option)
+        flag = option[2:]
+        if isinstance(raw, list) and len(raw) == 1 and _nargs_of(rec) in (None, "?", 1):
+            raw = raw[0]
         if flag not in FLAGS:
-            raise InputError(f"unknown Megatron-LM argument --{flag}")
+            _check_catalog_value(option, rec, raw if raw is None or isinstance(raw, list) else [raw])
+            ignored[option] = None
+            continue
+        if rec.get("choices") and raw is not None:
+            _check_catalog_value(option, rec, raw if isinstance(raw, list) else [raw])
         targets, typ = FLAGS[flag]
         value = _convert(flag, typ, raw)
         if flag == "moe-layer-freq":
             value = parse_moe_layer_freq(value)
         if flag == "moe-aux-loss-coeff":
             items = value if isinstance(value, list) else _split_list(str(value))
-            try:
-                nums = [float(x) for x in items]
-            except ValueError:
-                raise InputError.bad_value("--moe-aux-loss-coeff", raw, "a number or list of numbers") from None
+            nums = [_to_float(option, x) for x in items]
             value = nums[0] if len(nums) == 1 else nums
+        if flag in _POSITIVE and isinstance(value, int) and value < 1:
+            raise InputError.bad_value(option, value, "a positive integer")
+        if flag in _NON_NEGATIVE and isinstance(value, int) and value < 0:
+            raise InputError.bad_value(option, value, "an integer >= 0")
+        if typ == "intlist" and any(v < 1 for v in value):
+            raise InputError.bad_value(option, value, "positive integers")
+        if option not in MODELED:
+            ignored[option] = None
         for path in targets:
             if path in seen and seen[path][1] != value:
                 pf, pv = seen[path]
-                raise InputError(f"--{flag}={value!r} contradicts --{pf}={pv!r} (both set {path})")
+                raise InputError(f"--{flag}={value!r} contradicts --{pf}={pv!r} (both set {path})",
+                                 field=option, value=value, expected=f"one value for {path}")
             seen[path] = (flag, value)
             section, field = path.split(".", 1)
             cfg.setdefault(section, {})[field] = value
     _resolve_mlm_specials(cfg)
+    _check_meaning(cfg)
+    cfg["_megatron_ignored"] = list(ignored)
     return cfg
+
+
+def _check_meaning(cfg: dict) -> None:
+    """Values each fine alone but impossible together (Megatron's validate_args / TransformerConfig asserts)."""
+    m = cfg.get("model", {})
+    e, k = m.get("num_moe_experts"), m.get("moe_router_topk")
+    if e and k and k > e:
+        raise InputError(f"--moe-router-topk={k}: expected at most --num-experts={e} (top-k experts per token)",
+                         field="--moe-router-topk", value=k, expected=f"<= {e}")
+    g, ng = m.get("moe_router_group_topk"), m.get("moe_router_num_groups")
+    if g and ng and g > ng:
+        raise InputError(f"--moe-router-group-topk={g}: expected at most --moe-router-num-groups={ng}",
+                         field="--moe-router-group-topk", value=g, expected=f"<= {ng}")
+    if e and ng and e % ng:
+        raise InputError(f"--moe-router-num-groups={ng}: expected a divisor of --num-experts={e}",
+                         field="--moe-router-num-groups", value=ng, expected=f"a divisor of {e}")
+    h, a = m.get("hidden_size"), m.get("num_attention_heads")
+    if h and a and not m.get("kv_channels") and h % a:
+        raise InputError(f"--hidden-size={h}: expected a multiple of --num-attention-heads={a} (or give "
+                         "--kv-channels)", field="--hidden-size", value=h, expected=f"a multiple of {a}")
+    q = m.get("num_query_groups")
+    if a and q and a % q:
+        raise InputError(f"--num-query-groups={q}: expected a divisor of --num-attention-heads={a}",
+                         field="--num-query-groups", value=q, expected=f"a divisor of {a}")
+    for key, flag in (("attention_dropout", "--attention-dropout"), ("hidden_dropout", "--hidden-dropout")):
+        v = m.get(key)
+        if v is not None and not 0.0 <= v < 1.0:
+            raise InputError.bad_value(flag, v, "a probability in [0, 1)")
 
 
 def _resolve_mlm_specials(cfg: dict) -> None:
@@ -522,26 +926,46 @@ def _resolve_mlm_specials(cfg: dict) -> None:
         model["activation_func"] = "silu"
     if mlm.get("squared_relu"):
         if mlm.get("swiglu"):
-            raise InputError("--squared-relu contradicts --swiglu")
+            raise InputError("--squared-relu contradicts --swiglu", field="--squared-relu")
         model["activation_func"] = "squared_relu"
     if mlm.get("recompute_activations"):
         if model.get("recompute_granularity") not in (None, "selective"):
             raise InputError("--recompute-activations contradicts --recompute-granularity "
-                             f"{model['recompute_granularity']}")
+                             f"{model['recompute_granularity']}", field="--recompute-activations")
         model["recompute_granularity"] = "selective"
     if not mlm.get("group_query_attention") and "num_query_groups" in model:
         # MLM ignores --num-query-groups unless --group-query-attention is given (arguments.py)
         model.pop("num_query_groups")
+    given = [f for f, k in (("--num-layers-per-virtual-pipeline-stage", "num_layers_per_virtual_pipeline_stage"),)
+             if mlm.get(k) is not None]
+    if model.get("virtual_pipeline_model_parallel_size") is not None:
+        given.append("--num-virtual-stages-per-pipeline-rank")
+    if model.get("pipeline_model_parallel_layout") is not None:
+        given.append("--pipeline-model-parallel-layout")
+    if len(given) > 1:  # validate_args: "No more than one of the following arguments can be set at the same time"
+        raise InputError(f"{given[0]} contradicts {given[1]} (Megatron-LM accepts at most one of "
+                         "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, "
+                         "--pipeline-model-parallel-layout)", field=given[1])
     per_stage = mlm.get("num_layers_per_virtual_pipeline_stage")
     if per_stage is not None:
-        if "virtual_pipeline_model_parallel_size" in model:
-            raise InputError("--num-layers-per-virtual-pipeline-stage contradicts --num-virtual-stages-per-pipeline-rank")
+        # validate_args: layers (+1 per account_for_* flag) / PP must be a multiple of the per-stage count
+        if model.get("num_layers_in_first_pipeline_stage") is not None or \
+                model.get("num_layers_in_last_pipeline_stage") is not None:
+            raise InputError("--num-layers-per-virtual-pipeline-stage contradicts --decoder-first/last-pipeline-"
+                             "num-layers (use --num-virtual-stages-per-pipeline-rank for uneven pipelines)",
+                             field="--num-layers-per-virtual-pipeline-stage")
         nl, pp = model.get("num_layers"), model.get("pipeline_model_parallel_size", 1)
-        if not nl or per_stage <= 0 or nl % pp or (nl // pp) % per_stage:
+        nl_eff = (nl or 0) + int(bool(model.get("account_for_embedding_in_pipeline_split"))) + \
+            int(bool(model.get("account_for_loss_in_pipeline_split")))
+        if not nl or nl_eff % pp or (nl_eff // pp) % per_stage:
             raise InputError(f"--num-layers-per-virtual-pipeline-stage={per_stage}: must divide num_layers/PP "
-                             f"({nl}/{pp})")
-        vpp = nl // pp // per_stage
+                             f"({nl_eff}/{pp})", field="--num-layers-per-virtual-pipeline-stage", value=per_stage)
+        vpp = nl_eff // pp // per_stage
         model["virtual_pipeline_model_parallel_size"] = vpp if vpp > 1 else None
+    elif model.get("virtual_pipeline_model_parallel_size") == 1:
+        model["virtual_pipeline_model_parallel_size"] = None
+    if (model.get("cpu_offloading_num_layers") or 0) > 0:
+        model["cpu_offloading"] = True  # validate_args: cpu_offloading_num_layers > 0 turns it on
     # MLM validate_args: a single load-balancing type / aux-loss coefficient is passed on as a scalar
     for k in ("moe_router_load_balancing_type", "moe_aux_loss_coeff"):
         if isinstance(model.get(k), list) and len(model[k]) == 1:
