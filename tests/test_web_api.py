@@ -77,6 +77,17 @@ def test_plan_json_body_with_pins_equals_cli(client):
     assert all(c["layout"]["pp"] == 2 for c in r.json()["candidates"])
 
 
+def test_plan_hf_config_upload_equals_cli(client):
+    hf = DATA / "models" / "hf_qwen3-30b-a3b.json"
+    job = {k: v for k, v in QUERY.items() if k != "model"}
+    with hf.open("rb") as f:
+        r = client.post("/api/plan", files={"model": (hf.name, f)}, data={k: str(v) for k, v in job.items()})
+    assert r.status_code == 200, r.text
+    cli = cli_json("plan", "--model", hf.name, *flags(job), cwd=hf.parent)
+    assert _no_timing(r.json()) == _no_timing(cli)
+    assert r.json()["request"]["model"] == "hf_qwen3-30b-a3b"
+
+
 def test_estimate_json_and_form_equal_cli(client):
     body = {**QUERY, "ep": 8, "recompute": "full", "mbs": 2, "dispatcher": "deepep"}
     cli = cli_json("estimate", *flags(body))

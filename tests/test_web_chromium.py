@@ -260,6 +260,66 @@ def test_served_page_shows_the_cli_plan_charts_and_whatif(tmp_path):
         srv.close()
 
 
+def _set_files(b: Browser, selector: str, paths: list[Path]) -> None:
+    root = b.send("DOM.getDocument")["root"]["nodeId"]
+    node = b.send("DOM.querySelector", nodeId=root, selector=selector)["nodeId"]
+    b.send("DOM.setFileInputFiles", nodeId=node, files=[str(p) for p in paths])
+
+
+def test_evidence_panes_show_check_logs_and_trace(tmp_path):
+    """Uploads through the page's file inputs: check findings, a log's steady numbers and diagnosis, a trace's
+    hidden vs exposed communication - the numbers the CLI prints for the same files."""
+    exe = chromium()
+    if exe is None:
+        pytest.skip("headless chromium not installed (.ci/setup-chromium.sh)")
+    pytest.importorskip("websocket")
+    from tests.conftest import DATA, run_cli
+
+    log, oom = DATA / "logs" / "log_iteration_1.txt", DATA / "logs" / "log_oom_message_1.txt"
+    trace = DATA / "traces" / "deepseek_profile_data_train.json"
+    cfg = REPO / "tests" / "fixtures" / "memory_bridge_small.yaml"
+    steady = json.loads(run_cli("logs", str(log), "--json").stdout)["runs"][0]
+    tr = json.loads(run_cli("trace", str(trace), "--json").stdout)
+    checked = json.loads(run_cli("check", str(cfg), "--system", "DGX-H100", "--gpus", "16", "--json").stdout)
+
+    srv, b = Server(), Browser(exe)
+    try:
+        b.send("Page.enable")
+        b.send("Page.navigate", url=srv.url + "/")
+        _wait(lambda: b.js("document.body?.dataset.ready === '1'"), 60, "the page")
+        _set_files(b, "#c-file", [cfg])
+        b.js("document.querySelector('#check-form').requestSubmit()")
+        _wait(lambda: b.js("!!document.querySelector('#check-summary') || !!document.querySelector('#check-out .error')"),
+              120, "check findings")
+        assert b.js("document.querySelector('#check-summary').textContent").startswith(
+            f"{len(checked['findings'])} findings")
+        assert b.js("document.querySelectorAll('#check-table tr').length") == len(checked["findings"]) + 1
+
+        _set_files(b, "#l-file", [log])
+        b.js("document.querySelector('#logs-form').requestSubmit()")
+        _wait(lambda: b.js("!!document.querySelector('#logs-out table.steady')"), 120, "steady-state numbers")
+        text = b.js("document.querySelector('#logs-out table.steady').textContent")
+        assert f"median {steady['step_time_s']['median']:.4g} s" in text
+        _set_files(b, "#l-file", [oom])
+        b.js("document.querySelector('#logs-form').requestSubmit()")
+        _wait(lambda: b.js("!!document.querySelector('#logs-out .finding')"), 120, "the diagnosis")
+        assert "[error] oom" in b.js("document.querySelector('#logs-out .finding').textContent")
+
+        _set_files(b, "#t-file", [trace])
+        b.js("document.querySelector('#trace-form').requestSubmit()")
+        _wait(lambda: b.js("!!document.querySelector('#trace-out svg[data-chart=comm]')"), 120, "the trace pane")
+        bars = b.js("Object.fromEntries([...document.querySelectorAll('#trace-out svg[data-chart=comm] rect.bar')]"
+                    ".map(r => [r.dataset.label, Number(r.dataset.value)]))")
+        r0 = tr["ranks"][0]
+        assert bars["hidden communication"] == pytest.approx(r0["hidden_comm_s"], rel=1e-4)
+        assert bars["exposed communication"] == pytest.approx(r0["exposed_comm_s"], rel=1e-4)
+        assert bars["host-bound gaps"] == pytest.approx(r0["idle"]["host_bound_s"], rel=1e-4)
+        b.screenshot(tmp_path / "evidence.png")
+    finally:
+        b.close()
+        srv.close()
+
+
 if __name__ == "__main__":  # pragma: no cover - docs screenshot
     target = Path(sys.argv[1] if len(sys.argv) > 1 else REPO / "docs" / "serve_screenshot.png")
     target.parent.mkdir(parents=True, exist_ok=True)

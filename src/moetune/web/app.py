@@ -47,13 +47,13 @@ def static_dir() -> Path:
 
 
 def _strip_tmp(x: Any, prefix: str) -> Any:
-    """``x`` with every ``<request temp dir>/<n>/`` prefix removed from its strings (uploads named by file name)."""
+    """``x`` with every ``<request temp dir>/upload-<n>/`` prefix removed from its strings (uploads named by file name)."""
     if isinstance(x, str):
         if prefix not in x:
             return x
         import re
 
-        return re.sub(re.escape(prefix) + r"\d+/", "", x)
+        return re.sub(re.escape(prefix) + r"upload-\d+/", "", x)
     if isinstance(x, list):
         return [_strip_tmp(v, prefix) for v in x]
     if isinstance(x, dict):

@@ -3,7 +3,7 @@ are streamed (size-capped) into a private temporary directory that is removed wh
 
 Nothing a client sends is written anywhere else: the multipart body is parsed here with python-multipart's streaming
 parser (Starlette's own form parser spools large parts to the system temp dir), each file lands in
-``<request temp dir>/<n>/<sanitised name>`` and the whole directory is deleted after the command ran.
+``<request temp dir>/upload-<n>/<sanitised name>`` and the whole directory is deleted after the command ran.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ async def _read_multipart(request, ctype: str, out: RequestInput, *, max_bytes: 
         state["name"] = name
         if b"filename" in disp:
             state["n"] += 1
-            d = out.tmpdir / str(state["n"])
+            d = out.tmpdir / f"upload-{state['n']}"  # an HF config.json is named after its folder: "upload-1"
             d.mkdir()
             path = d / safe_name(disp[b"filename"].decode("utf-8", "replace"))
             state["fh"] = path.open("wb")

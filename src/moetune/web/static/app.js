@@ -577,7 +577,8 @@ async function runLogs(ev) {
   const [steady, diag] = await Promise.allSettled([api("logs", args, {files: fl}), api("diagnose", {}, {files: fl})]);
   out.replaceChildren();
   if (steady.status === "fulfilled") renderSteady(out, steady.value);
-  else out.append(el("div", {class: "error", text: steady.reason.message}));
+  else out.append(el("div", {class: diag.status === "fulfilled" && (diag.value.findings || []).length ? "warn" : "error",
+    text: steady.reason.message}));
   if (diag.status === "fulfilled") renderDiagnosis(out, diag.value);
   else out.append(el("div", {class: "error", text: diag.reason.message}));
 }
