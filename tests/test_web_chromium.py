@@ -141,6 +141,11 @@ class Browser:
             shutil.rmtree(self.profile, ignore_errors=True)
 
 
+def _js3(x: float) -> str:
+    """app.js fmt(x, 3) for 1 <= x < 1000: three significant digits, no trailing zeros."""
+    return f"{float(f'{x:.3g}'):g}"
+
+
 def layout_text(lay: dict) -> str:
     """The page's layout label (app.js layoutText) for a plan JSON layout."""
     s = f"TP{lay['tp']} PP{lay['pp']}" + (f" VPP{lay['vpp']}" if lay["vpp"] > 1 else "")
@@ -193,7 +198,8 @@ def test_served_page_shows_the_cli_plan_charts_and_whatif(tmp_path):
     args = [x for k, v in QUERY.items() for x in (f"--{k}", str(v))]
     r = run_cli("plan", *args, "--json")
     assert r.returncode == 0, r.stderr
-    cli_best = json.loads(r.stdout)["candidates"][0]
+    cli_plan = json.loads(r.stdout)
+    cli_best = cli_plan["candidates"][0]
 
     srv = Server()
     b = Browser(exe)
@@ -205,6 +211,12 @@ def test_served_page_shows_the_cli_plan_charts_and_whatif(tmp_path):
             layout_text(cli_best["layout"])
         shown_step = b.js("document.querySelector('#candidates tr.cand td.step').textContent")
         assert float(shown_step.split()[0]) == pytest.approx(cli_best["time"]["step_time_s"], rel=1e-3)
+        band = cli_best["time"].get("band")
+        if band:  # the model's prediction band, when the plan JSON carries one
+            assert shown_step.split()[1] == f"[{_js3(band['lo_s'])}–{_js3(band['hi_s'])}]"
+        # distinct candidates: one row per group of near-duplicates when the plan groups them
+        rows = b.js("document.querySelectorAll('#candidates tr.cand').length")
+        assert rows == len(cli_plan.get("groups") or cli_plan["candidates"])
         assert b.js("document.querySelectorAll('#three-walls .wall').length") == 3  # memory, comm, compute
         dom = cli_best["time"]["dominant_wall"]
         expected = ["communication wall"] if dom.startswith("comm_") else \

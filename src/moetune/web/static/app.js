@@ -160,15 +160,16 @@ function featureText(f, l) {
   return parts.join(", ") || "–";
 }
 
-// uncertainty, when the time model provides it: a [low, high] pair or {low, high} under an interval-like key
+// uncertainty, when the time model provides it: time.band {lo_s, hi_s, coverage} (perfmodel/uncertainty.py), or a
+// [low, high] pair / {low, high} object under an interval-like key
 function interval(t) {
   if (!t) return null;
+  if (t.band && typeof t.band.lo_s === "number" && typeof t.band.hi_s === "number") return [t.band.lo_s, t.band.hi_s];
   for (const [k, v] of Object.entries(t)) {
     if (!/interval|uncertainty|_ci$|^ci$/.test(k)) continue;
     if (Array.isArray(v) && v.length === 2 && v.every((x) => typeof x === "number")) return v;
     if (v && typeof v === "object") {
-      const lo = v.low ?? v.lo ?? v.p10 ?? v.lower ?? (v.step_time_s && v.step_time_s[0]);
-      const hi = v.high ?? v.hi ?? v.p90 ?? v.upper ?? (v.step_time_s && v.step_time_s[1]);
+      const lo = v.lo_s ?? v.low ?? v.lo ?? v.lower, hi = v.hi_s ?? v.high ?? v.hi ?? v.upper;
       if (typeof lo === "number" && typeof hi === "number") return [lo, hi];
     }
   }
@@ -227,8 +228,13 @@ function renderVerdict(plan) {
     const ld = Object.entries(why.layout_differences || {}).map(([k, [a, b]]) => `${k} ${a}→${b}`);
     const fd = Object.entries(why.feature_differences || {}).map(([k, v]) => `${k} ${Array.isArray(v) ? v.join("→") : v}`);
     const terms = (why.largest_terms || []).map((x) => `${x.term} ${x.delta_s >= 0 ? "+" : ""}${fmt(x.delta_s)} s`);
+    const groups = planGroups(plan), tied = groups.slice(1).filter((g) => g.ties_with_first).map((g) => "#" + g.members[0]);
+    const band = interval(t);
     box.append(el("div", {id: "why-1"}, el("b", {text: "Why #1: "}),
       `beats #2 by ${fmt(why.vs_next_step_time_s)} s/step (${fmt(why.vs_next_pct)} %)` +
+      (band ? (tied.length ? ` — within noise: the prediction bands of ${tied.join(", ")} overlap #1's ` +
+        `[${fmt(band[0], 4)}, ${fmt(band[1], 4)}] s` : ` — beyond the prediction band [${fmt(band[0], 4)}, ${fmt(band[1], 4)}] s` +
+        (t.band && t.band.coverage ? ` (${Math.round(100 * t.band.coverage)} % band)` : "")) : "") +
       (ld.length || fd.length ? `; #2 differs in ${[...ld, ...fd].join(", ")}` : "") +
       (terms.length ? `; largest terms (#2 minus #1 would be the negatives): ${terms.join(", ")}` : "")));
   } else if (plan.candidates.length === 1) {
@@ -236,20 +242,34 @@ function renderVerdict(plan) {
   }
 }
 
+// distinct layouts: the plan's groups (VPP/MBS near-duplicates folded, ties with #1) when it gives them, else
+// one row per candidate
+function planGroups(plan) {
+  if (Array.isArray(plan.groups) && plan.groups.length) return plan.groups;
+  return plan.candidates.map((c, i) => ({members: [i + 1], ties_with_first: i === 0}));
+}
+
 function renderPlan(plan) {
   renderVerdict(plan);
   const tb = $("#candidates");
-  tb.replaceChildren(el("tr", {}, ...["#", "layout", "features", "step s", "tokens/s/GPU", "TFLOP/s/GPU", "MFU",
-    "device GiB / HBM", "headroom GiB", "dominant wall"].map((h) => el("th", {text: h}))));
-  plan.candidates.forEach((c, i) => {
+  const anyBand = plan.candidates.some((c) => interval(c.time));
+  tb.replaceChildren(el("tr", {}, ...["#", "layout", "features", anyBand ? "step s [band]" : "step s", "tokens/s/GPU",
+    "TFLOP/s/GPU", "MFU", "device GiB / HBM", "headroom GiB", "dominant wall", "near-duplicates"].map((h) => el("th", {text: h}))));
+  planGroups(plan).forEach((g, gi) => {
+    const i = g.members[0] - 1, c = plan.candidates[i];
     const t = c.time, m = c.memory, st = (m.stages || [])[m.binding_stage || 0] || {};
+    const others = g.members.slice(1);
+    const dup = others.length ? `#${others.join(", #")} (VPP ${(g.vpp || []).join("/")}, MBS ${(g.mbs || []).join("/")}; ` +
+      `${fmt((g.step_time_range_s || [])[0], 4)}–${fmt((g.step_time_range_s || [])[1], 4)} s)` : "–";
+    const tie = gi > 0 && g.ties_with_first ? el("span", {class: "tie", text: " tie with #1 (within noise)"}) : null;
     tb.append(el("tr", {class: "cand", "data-index": String(i), onclick: () => selectCandidate(i)},
       el("td", {text: "#" + (i + 1)}), el("td", {class: "layout", text: layoutText(c.layout)}),
-      el("td", {text: featureText(c.features, c.layout)}), el("td", {class: "n step", text: stepText(t)}),
+      el("td", {}, featureText(c.features, c.layout), tie), el("td", {class: "n step", text: stepText(t)}),
       el("td", {class: "n", text: fmt(t.tokens_per_s_per_gpu)}), el("td", {class: "n", text: fmt(t.model_tflops_per_gpu)}),
       el("td", {class: "n", text: pct((t.mfu || {}).vs_bf16_peak)}),
       el("td", {class: "n", text: `${fmt(st.device_gib)} / ${fmt(m.capacity_gib)}`}),
-      el("td", {class: "n", text: fmt(m.headroom_gib)}), el("td", {text: t.dominant_wall || "–"})));
+      el("td", {class: "n", text: fmt(m.headroom_gib)}), el("td", {text: t.dominant_wall || "–"}),
+      el("td", {class: "hint", text: dup})));
   });
   $("#results").hidden = false;
 }
