@@ -236,7 +236,7 @@ function renderVerdict(plan) {
         `[${fmt(band[0], 4)}, ${fmt(band[1], 4)}] s` : ` — beyond the prediction band [${fmt(band[0], 4)}, ${fmt(band[1], 4)}] s` +
         (t.band && t.band.coverage ? ` (${Math.round(100 * t.band.coverage)} % band)` : "")) : "") +
       (ld.length || fd.length ? `; #2 differs in ${[...ld, ...fd].join(", ")}` : "") +
-      (terms.length ? `; largest terms (#2 minus #1 would be the negatives): ${terms.join(", ")}` : "")));
+      (terms.length ? `; largest wall differences (#2 − #1, positive = #1 saves): ${terms.join(", ")}` : "")));
   } else if (plan.candidates.length === 1) {
     box.append(el("div", {id: "why-1", text: "Why #1: the only feasible candidate."}));
   }
