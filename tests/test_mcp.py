@@ -20,7 +20,6 @@ from mcp import Client  # noqa: E402
 from moetune import service  # noqa: E402
 from moetune.mcp.server import MoetuneMCP  # noqa: E402
 from moetune.mcp.tools import SAVE_ARG, TOOLS  # noqa: E402
-
 from test_skills import run_cli  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
