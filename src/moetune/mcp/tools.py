@@ -124,7 +124,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         "Call after plan (save it with save_json, then from_plan) or with a baseline config to turn the workflow "
         "(fit, scale, profile, retune one variable at a time, validate >= 50 steps) into a sweep directory "
         "(out, inside the root) with contract.yaml, sweep.yaml and one Slurm batch script per run. Nothing is "
-        "submitted.")),
+        "submitted. Node-side strings (workdir, mount) count as paths: absolute ones outside the root are refused, "
+        "so leave them at their defaults or relative.")),
     ToolSpec("sweep_collect", ("sweep collect",), writes=True, when=(
         "Call after sweep runs finished: parses their logs/traces, applies the acceptance criteria, picks the winner "
         "of each phase and writes collect/results.json and collect/calibration.csv.")),
