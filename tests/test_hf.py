@@ -59,7 +59,7 @@ def test_malformed_json(tmp_path):
 
 
 def test_unsupported_model_type():
-    with pytest.raises(InputError, match="unsupported model_type 'bert'"):
+    with pytest.raises(InputError, match="unsupported model_type='bert'"):
         model_from_hf_dict({"model_type": "bert"})
 
 

@@ -1,7 +1,7 @@
 """Model catalog: one JSON file per model in ``catalog/models/`` (fields of :class:`moetune.spec.ModelArch`).
 
 Lookup is case-insensitive over names and aliases, ignoring spaces, '-', '_' and '.'; any path ending in ``.json``
-is read as a Hugging Face ``config.json`` (see :mod:`moetune.io.hf`).
+is read as a Hugging Face ``config.json``, and a folder as a snapshot holding one (see :mod:`moetune.io.hf`).
 """
 
 from __future__ import annotations
@@ -49,16 +49,22 @@ def list_models() -> list[ModelArch]:
 
 
 def get_model(name_or_path: str) -> ModelArch:
-    """A catalog model by name/alias, or a model read from a Hugging Face ``config.json`` path."""
-    if name_or_path.lower().endswith(".json"):
-        path = Path(name_or_path)
-        if not path.is_file():
-            raise InputError(f"{name_or_path}: no such file (expected a Hugging Face config.json)", field="model")
-        from moetune.io.hf import model_from_hf_config  # local import: io depends on catalog, not vice versa
+    """A catalog model by name/alias, or a model read from a Hugging Face ``config.json`` path or a snapshot folder
+    holding one."""
+    from moetune.io.hf import model_from_hf_config  # local import: io depends on catalog, not vice versa
 
+    path = Path(name_or_path).expanduser()
+    if name_or_path.lower().endswith(".json") or path.is_dir():
+        if not path.exists():
+            raise InputError(f"{name_or_path}: no such file (expected a Hugging Face config.json)", field="model",
+                             value=name_or_path, expected="an existing config.json")
         return model_from_hf_config(path)
     key = normalize_name(name_or_path)
     idx = _index()
     if key not in idx:
+        if "/" in name_or_path or "\\" in name_or_path:
+            raise InputError(f"{name_or_path}: no such file or folder (expected a catalog model name, a Hugging Face "
+                             "config.json or a snapshot folder holding one)", field="model", value=name_or_path,
+                             expected="a catalog model, config.json or snapshot folder")
         raise UnknownNameError("model", name_or_path, _catalog().keys())
     return _catalog()[idx[key]]

@@ -709,7 +709,7 @@ def estimate_memory(job: Job) -> MemoryEstimate:
 
 def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
     f = job.features
-    a = list(job.assumptions)
+    a = [*job.assumptions, *job.model.approximations]
     a.append(f"activations in {'FP8 (linear inputs) + ' if cfg.fp8 else ''}BF16; "
              f"{'unfused attention keeps a*s^2 softmax per layer' if cfg.unfused_attention else 'flash/fused attention (LSE only)'}")
     if job.model.is_moe:

@@ -120,8 +120,8 @@ def attention_params(model: ModelArch) -> int:
             q = h * n * d_qk
         kv = h * (r_kv + d_rope) + _norm(model, r_kv) + r_kv * n * (d_nope + d_v)
         o = n * d_v * h
-        total = q + kv + o
-        if model.add_bias_linear:
+        total = q + kv + o + dsa_indexer_params(model)
+        if model.add_bias_linear or model.add_proj_bias:
             total += h
         return total
     d = model.head_dim
@@ -131,7 +131,7 @@ def attention_params(model: ModelArch) -> int:
     total = h * qkv_out + q_w * h
     if model.add_bias_linear or model.add_qkv_bias:
         total += qkv_out
-    if model.add_bias_linear:
+    if model.add_bias_linear or model.add_proj_bias:
         total += h
     if model.qk_layernorm:
         total += _norm(model, q_w) + _norm(model, kv_w) if model.qk_layernorm_full_width else 2 * _norm(model, d)
@@ -140,22 +140,56 @@ def attention_params(model: ModelArch) -> int:
     return total
 
 
+def dsa_indexer_params(model: ModelArch) -> int:
+    """DeepSeek sparse attention lightning indexer (HF ``DeepseekV32Indexer``): ``wq_b`` r_q x n_i·d_i,
+    ``wk`` h x d_i, ``k_norm`` LayerNorm(d_i) with bias, ``weights_proj`` h x n_i; 0 without an indexer."""
+    n_i, d_i = model.dsa_indexer_n_heads, model.dsa_indexer_head_dim
+    if not (n_i and d_i):
+        return 0
+    q_in = model.q_lora_rank or model.hidden_size
+    return q_in * n_i * d_i + model.hidden_size * d_i + 2 * d_i + model.hidden_size * n_i
+
+
 def mamba_params(model: ModelArch) -> int:
-    """Mamba-2 mixer (megatron/core/ssm/mamba_mixer.py ``MambaMixer``; HF ``NemotronHMamba2Mixer``)."""
+    """Mamba-2 mixer (megatron/core/ssm/mamba_mixer.py ``MambaMixer``; HF ``NemotronHMamba2Mixer``), or Mamba-1 with
+    ``mamba_version`` 1 (HF ``JambaMambaMixer``: ``in_proj`` h·2·d_in, ``conv1d`` d_in·K, ``x_proj`` d_in·(R + 2N),
+    ``dt_proj`` R·d_in + d_in, ``A_log`` d_in·N, ``D`` d_in, ``out_proj`` d_in·h, optional dt/B/C RMSNorms)."""
     h = model.hidden_size
     heads = model.mamba_num_heads
     if not (heads and model.mamba_head_dim and model.mamba_state_dim):
         raise ValueError(f"{model.name}: Mamba layers need mamba_num_heads, mamba_head_dim, mamba_state_dim")
     d_in = heads * model.mamba_head_dim
-    gn = (model.mamba_num_groups or 1) * model.mamba_state_dim
+    n_state = model.mamba_state_dim
+    proj_bias = model.mamba_proj_bias
+    conv_bias = model.mamba_conv_bias
+    if model.mamba_version == 1:
+        r = model.mamba_dt_rank or -(-h // 16)
+        n = h * 2 * d_in + (2 * d_in if proj_bias else 0)
+        n += d_in * model.mamba_d_conv + (d_in if conv_bias else 0)
+        n += d_in * (r + 2 * n_state) + r * d_in + d_in + d_in * n_state + d_in
+        n += d_in * h + (h if proj_bias else 0)
+        if model.mamba_inner_layernorms:
+            n += r + 2 * n_state
+        return n
+    gn = (model.mamba_num_groups or 1) * n_state
     conv_dim = d_in + 2 * gn
-    in_proj = h * (2 * d_in + 2 * gn + heads)
-    conv = conv_dim * model.mamba_d_conv + conv_dim
-    return in_proj + conv + 3 * heads + d_in + d_in * h
+    in_out = 2 * d_in + 2 * gn + heads
+    in_proj = h * in_out + (in_out if proj_bias else 0)
+    conv = conv_dim * model.mamba_d_conv + (conv_dim if conv_bias else 0)
+    return in_proj + conv + 3 * heads + d_in + d_in * h + (h if proj_bias else 0)
 
 
 def gated_deltanet_params(model: ModelArch) -> int:
-    """Gated DeltaNet linear-attention mixer (HF ``Qwen3NextGatedDeltaNet``; Megatron ``GatedDeltaNet``)."""
+    """Linear-attention mixer ('G'), by ``linear_attention_kind``:
+
+    * gated DeltaNet (HF ``Qwen3NextGatedDeltaNet``; Megatron ``GatedDeltaNet``): ``in_proj_qkvz`` h·(2·qk + 2·v),
+      ``in_proj_ba`` h·2·n_v, ``conv1d`` (2·qk + v)·K, ``dt_bias``/``A_log`` n_v, ``norm`` d_v, ``out_proj`` v·h;
+    * lightning attention (HF ``MiniMaxLightningAttention``): ``qkv_proj`` h·3·n·d, ``output_gate`` h·n·d,
+      ``norm`` n·d, ``out_proj`` n·d·h;
+    * Kimi delta attention (HF ``KimiDeltaAttention``): q/k/v h·n·d each, ``conv1d`` 3·n·d·K, forget gate
+      ``f_a_proj`` h·d + ``f_b_proj`` d·n·d + ``dt_bias`` n·d + ``A_log`` n, ``b_proj`` h·n, output gate
+      ``g_a_proj`` h·d + ``g_b_proj`` d·n·d, ``o_norm`` d, ``o_proj`` n·d·h.
+    """
     h = model.hidden_size
     if not (model.linear_key_head_dim and model.linear_value_head_dim and model.linear_num_key_heads
             and model.linear_num_value_heads):
@@ -163,6 +197,12 @@ def gated_deltanet_params(model: ModelArch) -> int:
     qk = model.linear_key_head_dim * model.linear_num_key_heads
     v = model.linear_value_head_dim * model.linear_num_value_heads
     nv = model.linear_num_value_heads
+    if model.linear_attention_kind == "lightning":
+        return h * 3 * v + h * v + v + v * h
+    if model.linear_attention_kind == "kda":
+        d = model.linear_key_head_dim
+        return (3 * h * v + 3 * v * model.linear_conv_kernel_dim + h * d + d * v + v + nv + h * nv + h * d + d * v
+                + d + v * h)
     in_proj = h * (2 * qk + 2 * v) + h * 2 * nv
     conv = (2 * qk + v) * model.linear_conv_kernel_dim
     return in_proj + conv + 2 * nv + model.linear_value_head_dim + v * h
@@ -251,8 +291,9 @@ def embedding_params(model: ModelArch) -> int:
 
 
 def output_params(model: ModelArch) -> int:
-    """Output layer (``output_layer``), 0 when tied to the embedding."""
-    return embedding_params(model) if model.untie_embeddings_and_output_weights else 0
+    """Output layer (``output_layer``), 0 when tied to the embedding; plus its bias with ``output_layer_bias``."""
+    bias = model.padded_vocab_size(1) if model.output_layer_bias else 0
+    return (embedding_params(model) if model.untie_embeddings_and_output_weights else 0) + bias
 
 
 def final_norm_params(model: ModelArch) -> int:

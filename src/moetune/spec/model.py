@@ -7,7 +7,9 @@ Qwen3-Next) models share one representation:
 * ``mixer_pattern[i]`` — the token mixer of decoder layer *i*:
   ``A`` full (causal) self-attention (GQA/MHA, or MLA when ``multi_latent_attention``),
   ``W`` sliding-window attention (window ``window_size``), ``M`` Mamba-2 block, ``G`` gated DeltaNet
-  (linear attention), ``_`` none (an MLP-only layer of a hybrid model).
+  (linear attention; ``linear_attention_kind`` names the variant: gated DeltaNet, MiniMax lightning attention,
+  Kimi delta attention), ``_`` none (an MLP-only layer of a hybrid model). ``M`` is Mamba-1 when
+  ``mamba_version`` is 1 (Jamba).
 * ``mlp_pattern[i]`` — the channel mixer of decoder layer *i*: ``D`` dense MLP (width ``ffn_hidden_size``),
   ``E`` MoE (``num_moe_experts`` routed experts of width ``moe_ffn_hidden_size``, top ``moe_router_topk``, plus
   shared experts of total width ``moe_shared_expert_intermediate_size``), ``_`` none (a mixer-only layer).
@@ -56,6 +58,10 @@ class ModelArch(FrozenSpec):
     qk_layernorm: bool = Field(default=False, description="Per-head RMSNorm on Q and K (Qwen3, OLMoE).")
     add_bias_linear: bool = Field(default=False, description="Biases on all linear layers (GPT-OSS).")
     add_qkv_bias: bool = Field(default=False, description="Bias on the QKV projection only (Qwen2).")
+    add_proj_bias: bool = Field(
+        default=False, description="Bias on the attention output projection (HF attention_bias with add_qkv_bias)."
+    )
+    output_layer_bias: bool = Field(default=False, description="Bias on the output layer (Phi-3.5-MoE lm_head_bias).")
     softmax_sinks: bool = Field(default=False, description="Learned attention sinks, one scalar per head (GPT-OSS).")
     qk_layernorm_full_width: bool = Field(
         default=False, description="Q/K norms span all heads (OLMoE: q_norm over h, k_norm over groups x head dim)."
@@ -103,6 +109,19 @@ class ModelArch(FrozenSpec):
     linear_num_key_heads: int | None = None
     linear_num_value_heads: int | None = None
     linear_conv_kernel_dim: int = 4
+    linear_attention_kind: Literal["gated_deltanet", "lightning", "kda"] = Field(
+        default="gated_deltanet", description="Variant of the 'G' mixer: gated DeltaNet (Qwen3-Next), lightning "
+        "attention (MiniMax-Text-01), Kimi delta attention (Kimi-Linear)."
+    )
+    mamba_version: Literal[1, 2] = Field(default=2, description="Mamba-2 (SSD, Megatron MambaMixer) or Mamba-1 (Jamba).")
+    mamba_dt_rank: int | None = Field(default=None, description="Mamba-1 dt projection rank.")
+    mamba_inner_layernorms: bool = Field(default=False, description="Mamba-1 RMSNorms on dt, B and C (Jamba).")
+    mamba_conv_bias: bool = Field(default=True, description="Bias on the Mamba conv1d.")
+    mamba_proj_bias: bool = Field(default=False, description="Biases on the Mamba in/out projections.")
+    dsa_indexer_n_heads: int | None = Field(
+        default=None, description="DeepSeek sparse attention lightning-indexer heads (DeepSeek-V3.2, GLM-5)."
+    )
+    dsa_indexer_head_dim: int | None = Field(default=None, description="DSA indexer head dim.")
 
     # --- MTP --------------------------------------------------------------------------------------------
     mtp_num_layers: int = Field(default=0, ge=0, description="Multi-token-prediction depth (DSV3: 1).")
@@ -113,6 +132,11 @@ class ModelArch(FrozenSpec):
     mtp_mlp_pattern: str | None = Field(default=None, description="MLP chars of one MTP block (e.g. '_E').")
     mtp_use_repeated_layer: bool = Field(
         default=False, description="All MTP depths share one block's weights (Bridge mtp_use_repeated_layer)."
+    )
+
+    approximations: tuple[str, ...] = Field(
+        default=(), description="What the memory / time models price approximately for this model (layers read"
+        " and counted exactly but priced with a stand-in formula); listed in every estimate's assumptions."
     )
 
     # --- published reference numbers (for checks, never used in formulas) ----------------------------------
