@@ -525,6 +525,39 @@ def _nemotron_h(c: Cfg) -> dict[str, Any]:
     return kw
 
 
+def _generic_moe(c: Cfg, family: str, *, qk_norm: bool, shared_key: str | None = None,
+                 n_shared_key: str | tuple[str, ...] | None = None, expert_bias: bool = False, sinks: bool = False,
+                 is_moe: Callable[[int], bool] | None = None) -> dict[str, Any]:
+    """A Llama-style attention + MoE decoder read from ``layer_types`` / ``mlp_layer_types`` (Solar-Open, EXAONE-MoE,
+    Hunyuan-V3, Mellum, Flint, ...): per-head q/k norms with ``qk_norm``, shared expert(s) of
+    ``shared_key`` width or ``n_shared_key`` x ``moe_intermediate_size``, learned sinks with ``sinks``."""
+    L = c.layers()
+    kw = trunk(c, L)
+    kw.update(gqa(c, kw["hidden_size"], qk_norm=qk_norm))
+    fm = c.int("moe_intermediate_size")
+    shared = c.int(shared_key, 0, lo=0) if shared_key else 0
+    if n_shared_key:
+        shared = fm * c.int(n_shared_key, 0, lo=0, hi=MAX_EXPERTS)
+    kw.update(moe(c, shared=shared, expert_bias=expert_bias))
+    mixer = attn_pattern(c, L)
+    rule = is_moe or (lambda i: True)
+    kw.update(family=family, ffn_hidden_size=c.int("intermediate_size", 0, lo=0), mixer_pattern=mixer,
+              mlp_pattern=mlp_pattern(c, L, rule), softmax_sinks=sinks, **window(c, mixer))
+    return kw
+
+
+def _flint(c: Cfg) -> dict[str, Any]:
+    kw = _generic_moe(c, "flint", qk_norm=True, shared_key="shared_expert_intermediate_size", sinks=True)
+    kw["mlp_pattern"] = qwen_sparse_step(c, kw["num_layers"], kw["num_moe_experts"])  # FlintDecoderLayer: Qwen rule
+    return kw
+
+
+def _granitemoe_swa(c: Cfg) -> dict[str, Any]:
+    kw = _granitemoe(c, "granitemoe_swa")
+    kw["softmax_sinks"] = True
+    return kw
+
+
 def _llama(c: Cfg) -> dict[str, Any]:
     L = c.layers()
     kw = trunk(c, L)
@@ -566,6 +599,18 @@ FAMILIES: dict[str, Builder] = {
     "kimi_linear": _kimi_linear,
     "jamba": _jamba,
     "nemotron_h": _nemotron_h,
+    "sarvam_mla": lambda c: _deepseek(c, "sarvam_mla", dense_k=1),
+    "sarvam_moe": lambda c: {**_glm4_moe(c), "family": "sarvam_moe"},
+    "solar_open": lambda c: _generic_moe(c, "solar_open", qk_norm=False, n_shared_key="n_shared_experts",
+                                         expert_bias=True),
+    "exaone_moe": lambda c: _generic_moe(c, "exaone_moe", qk_norm=True, n_shared_key="num_shared_experts",
+                                         expert_bias=True, is_moe=lambda i: i >= c.int(
+                                             "first_k_dense_replace", 1, lo=0, hi=MAX_LAYERS)),
+    "hy_v3": lambda c: _generic_moe(c, "hy_v3", qk_norm=True, n_shared_key="num_shared_experts", expert_bias=True,
+                                    is_moe=lambda i: i >= c.int("first_k_dense_replace", 1, lo=0, hi=MAX_LAYERS)),
+    "mellum": lambda c: _generic_moe(c, "mellum", qk_norm=True),
+    "flint": _flint,
+    "granitemoe_swa": _granitemoe_swa,
 }
 #: Multimodal / wrapper configs whose language model is the ``text_config`` of the given type.
 WRAPPERS = {"llama4": "llama4_text", "qwen3_5_moe": "qwen3_5_moe_text"}
