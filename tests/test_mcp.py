@@ -49,7 +49,7 @@ CALLS: dict[str, dict[str, Any]] = {
     "report": {"source": "plan.json"},
     "calibrate": {"csv_file": f"{EX}/calibration/bridge_published_h100.csv", "params": "gemm_eff.hopper.bf16",
                   "out": "eff.yaml"},
-    "recipes": {},
+    "recipes": {"model": "Qwen3-30B-A3B", "system": "DGX-H100"},
 }
 _VOLATILE = {"seconds", "created"}  # wall-clock time of the search and of a sweep's creation
 

@@ -229,7 +229,7 @@ def get_command(name: str) -> Command:
     by_tool = {c.tool_name: c for c in cmds.values()}
     if name in by_tool:
         return by_tool[name]
-    raise _unknown("command", name, list(cmds))
+    raise unknown_name("command", name, list(cmds))
 
 
 def schema(name: str) -> dict[str, Any]:
@@ -237,7 +237,8 @@ def schema(name: str) -> dict[str, Any]:
     return get_command(name).schema()
 
 
-def _unknown(kind: str, name: str, known: list[str]) -> CommandError:
+def unknown_name(kind: str, name: str, known: list[str]) -> CommandError:
+    """A one-line unknown-name error listing the closest known names."""
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
     hint = f"; closest: {', '.join(close)}" if close else f"; known: {', '.join(sorted(known))}"
     return CommandError(f"unknown {kind} {name!r}{hint}", 2)
@@ -303,7 +304,7 @@ def build_argv(cmd: Command, args: Mapping[str, Any] | None, *, root: Path | Non
     for key, value in (args or {}).items():
         arg = cmd.args.get(key)
         if arg is None:
-            raise _unknown(f"argument for `moetune {cmd.name}`:", key, list(cmd.args))
+            raise unknown_name(f"argument for `moetune {cmd.name}`:", key, list(cmd.args))
         label = arg.flag or arg.name
         if value is None:
             continue

@@ -87,7 +87,7 @@ class MoetuneMCP:
         spec = self.tools.get(params.name)
         if spec is None:
             hidden = " (needs `moetune mcp --allow-submit`)" if params.name in ("sweep_submit", "sweep_status") else ""
-            err = service._unknown("tool", params.name, list(self.tools))
+            err = service.unknown_name("tool", params.name, list(self.tools))
             return _error(f"{err}{hidden}")
         args = dict(params.arguments or {})
         try:
