@@ -255,3 +255,18 @@ def test_trace_charts(client):
 def test_serve_command_rejects_bad_flags():
     r = run_cli("serve", "--port", "70000")
     assert r.returncode == 2 and "--port" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_moetune_serve_listens_on_localhost():
+    """The real command: ``moetune serve`` binds 127.0.0.1 and answers the API over HTTP."""
+    import urllib.request
+
+    from tests.test_web_chromium import Server
+
+    srv = Server()
+    try:
+        assert srv.url.startswith("http://127.0.0.1:")
+        with urllib.request.urlopen(srv.url + "/api/catalog/systems", timeout=30) as r:
+            assert json.load(r) == cli_json("catalog", "systems")
+    finally:
+        srv.close()

@@ -326,6 +326,17 @@ def test_evidence_panes_show_check_logs_and_trace(tmp_path):
         assert bars["hidden communication"] == pytest.approx(r0["hidden_comm_s"], rel=1e-4)
         assert bars["exposed communication"] == pytest.approx(r0["exposed_comm_s"], rel=1e-4)
         assert bars["host-bound gaps"] == pytest.approx(r0["idle"]["host_bound_s"], rel=1e-4)
+        # a Bridge YAML as the job: estimated (itemised, with what-ifs) and checked as given
+        est = json.loads(run_cli("estimate", "--bridge-config", str(cfg), "--system", "DGX-H100", "--gpus", "16",
+                                 "--json").stdout)
+        _set_files(b, "#f-model-file", [cfg])
+        b.js("document.querySelector('#plan-form').requestSubmit()")
+        _wait(lambda: b.js("!!document.querySelector('#memory-table')") or
+              b.js("document.querySelector('#itemised .error')?.textContent"), 120, "the config's estimate")
+        assert b.js("!!document.querySelector('#memory-table')"), b.js("document.querySelector('#itemised').textContent")
+        base = b.js("document.querySelector('#delta-table tr[data-metric=\"peak allocated (GiB)\"] td.base')"
+                    ".textContent")
+        assert float(base) == pytest.approx(est["memory"]["peak_allocated_gib"], rel=1e-3)
         b.screenshot(tmp_path / "evidence.png")
     finally:
         b.close()
