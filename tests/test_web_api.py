@@ -144,6 +144,27 @@ def test_catalog_endpoints_equal_cli(client):
     assert client.get("/api/catalog/systems").json() == cli_json("catalog", "systems")
 
 
+def test_printed_command_line_becomes_the_same_call(client):
+    """/ui/reproduce turns a printed `moetune estimate ...` line (a plan candidate's reproduce line) into the
+    arguments of /api/estimate, every spelling of the CLI's options included; the answer equals the CLI's."""
+    import shlex
+
+    plan = client.get("/api/plan", params={**QUERY, "top": 2}).json()
+    lines = [c["reproduce"] for c in plan["candidates"] if c.get("reproduce")] or [
+        "moetune estimate --model Qwen3-30B-A3B --system DGX-H100 --gpus 16 --gbs 1024 --seq 4096 --ep 8 "
+        "--natural-routing --no-dist-opt --recompute full --cuda-graph-scope attn,moe_router"]
+    for line in lines:
+        r = client.post("/ui/reproduce", json={"line": line})
+        assert r.status_code == 200, r.text
+        assert r.json()["command"] == "estimate"
+        api = client.post("/api/estimate", json=r.json()["args"])
+        assert api.status_code == 200, api.text
+        assert api.json() == cli_json(*shlex.split(line)[1:])
+    bad = client.post("/ui/reproduce", json={"line": "moetune estimate --gpuz 16"})
+    assert bad.status_code == 400 and "--gpuz" in bad.json()["error"]
+    assert client.post("/ui/reproduce", json={"line": "rm -rf /"}).status_code == 400
+
+
 # ------------------------------------------------------------------------------------------ bad requests
 
 
@@ -214,7 +235,7 @@ def test_page_and_assets_are_local(client):
         assert client.get(ref).status_code == 200
     js = (static_dir() / "app.js").read_text()
     assert not re.search(r"https?://", js)  # no CDN, no network: the page talks only to its own server
-    assert set(re.findall(r"""fetch\(\s*["'`]([^"'`]+)""", js)) <= {"/api/", "/ui/charts", "/api/schema"}
+    assert set(re.findall(r"""fetch\(\s*["'`]([^"'`]+)""", js)) <= {"/api/", "/ui/charts", "/ui/reproduce", "/api/schema"}
     assert client.get("/assets/../app.py").status_code == 404
 
 

@@ -335,6 +335,67 @@ def build_argv(cmd: Command, args: Mapping[str, Any] | None, *, root: Path | Non
     return argv
 
 
+def args_from_argv(name: str, argv: list[str]) -> dict[str, Any]:
+    """The arguments (as :func:`run` takes them) of a ``moetune <name>`` command line: the inverse of
+    :func:`build_argv`, so a printed line such as a plan candidate's ``reproduce:`` becomes a call. Every spelling
+    of an option counts (``--seq`` / ``--seq-length``, ``--no-dist-opt``, ``--natural-routing``); values get the
+    argument's JSON type; a word that is no option of the command is a :class:`CommandError`."""
+    cmd = get_command(name)
+    spell: dict[str, tuple[Arg, bool]] = {}
+    for p in getattr(cmd._click, "params", []):
+        a = _arg_of(p)
+        if a is None or a.kind != "option":
+            continue
+        for o in getattr(p, "opts", []) or []:
+            spell[o] = (a, True)
+        for o in getattr(p, "secondary_opts", []) or []:
+            spell[o] = (a, False)
+    out: dict[str, Any] = {}
+    positional: list[str] = []
+
+    def typed(a: Arg, text: str) -> Any:
+        try:
+            return {"integer": int, "number": float}.get(a.json_type, str)(text)
+        except ValueError:
+            raise CommandError(f"{a.flag}={text!r}: expected {_EXPECTED[a.json_type]}", 2) from None
+
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        if tok == "--":
+            positional += argv[i:]
+            break
+        if tok == JSON_FLAG:
+            continue
+        if not tok.startswith("-") or tok == "-":
+            positional.append(tok)
+            continue
+        key, eq, val = tok.partition("=")
+        if key not in spell:
+            raise _unknown(f"option of `moetune {cmd.name}`:", key, sorted(spell))
+        a, on = spell[key]
+        if a.is_flag:
+            out[a.name] = on
+            continue
+        if not eq:
+            if i >= len(argv):
+                raise CommandError(f"{key}: expected a value", 2)
+            val = argv[i]
+            i += 1
+        v = typed(a, val)
+        if a.many:
+            out.setdefault(a.name, []).append(v)
+        else:
+            out[a.name] = v
+    if positional:
+        pos = [a for a in cmd.args.values() if a.kind == "argument"]
+        if not pos:
+            raise CommandError(f"`moetune {cmd.name}` takes no positional argument (got {positional[0]!r})", 2)
+        out[pos[0].name] = positional if pos[0].many else positional[0]
+    return out
+
+
 # --------------------------------------------------------------------------------------------------------------
 # running
 # --------------------------------------------------------------------------------------------------------------
@@ -492,4 +553,5 @@ def run(name: str, args: Mapping[str, Any] | None = None, **kw: Any) -> Any:
 
 
 __all__ = ["Arg", "CallTimeout", "Command", "CommandError", "InputError", "OutputTooLarge", "OutsideRootError",
-           "Result", "build_argv", "call", "commands", "confine", "get_command", "run", "schema"]
+           "Result", "args_from_argv", "build_argv", "call", "commands", "confine", "get_command", "run",
+           "schema"]

@@ -11,6 +11,8 @@ Routes:
   ``files`` for logs, ``paths`` for traces). The answer is the command's ``--json`` object; bad input is a 4xx JSON
   ``{"error": <the CLI's one-line message>, "exit_code": 2}`` (413 over the upload cap) and the server keeps serving.
 - ``GET /api/schema`` — every command's argument schema (from :mod:`moetune.service`).
+- ``POST /ui/reproduce`` — a printed ``moetune <command> ...`` line (a plan candidate's ``reproduce``) as that
+  endpoint's arguments (:func:`moetune.service.args_from_argv`).
 - ``POST /ui/charts`` — the report's SVG charts (:mod:`moetune.report.plots`) for a result the page already holds:
   ``{"result": <plan candidate or estimate JSON>, "candidates": [...], "trace": <trace JSON>}``.
 
@@ -130,6 +132,27 @@ def command_args(command: str, fields: dict[str, Any], files: dict[str, list[Pat
     return args
 
 
+def parse_command_line(line: str) -> dict[str, Any]:
+    """``moetune <command> ARGS`` (POSIX quoting) -> ``{"command": <API path>, "args": {...}}`` for a command the
+    API serves (:func:`moetune.service.args_from_argv`)."""
+    import shlex
+
+    from moetune import service
+
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise InputError(f"line={line!r}: not a shell command line ({exc})") from None
+    if words and words[0] in ("moetune", "python -m moetune"):
+        words = words[1:]
+    for path, name in sorted(COMMANDS.items(), key=lambda kv: -len(kv[1].split())):
+        n = len(name.split())
+        if words[:n] == name.split():
+            return {"command": path, "args": service.args_from_argv(name, words[n:])}
+    raise InputError(f"line={line[:80]!r}: expected `moetune <command> ...` with one of "
+                     f"{', '.join(sorted(set(COMMANDS.values())))}")
+
+
 class Server:
     """State of one served application: the upload cap and the temp root (the service runs one call at a time)."""
 
@@ -187,6 +210,16 @@ class Server:
         except (TypeError, KeyError, ValueError, AttributeError) as exc:
             return _error(400, f"/ui/charts: not a moetune plan candidate, estimate or trace JSON ({one_line(exc)})")
 
+    async def reproduce(self, request: Request) -> Response:
+        """``{"line": "moetune estimate ..."}`` -> ``{"command", "args"}``: a printed command line (a plan
+        candidate's ``reproduce``) as the arguments its ``/api/<command>`` takes."""
+        try:
+            inp = await read_input(request, max_bytes=self.max_upload_bytes, tmp_root=self.tmp_root)
+            inp.cleanup()
+            return JSONResponse(parse_command_line(str(inp.fields.get("line") or "")))
+        except MoetuneError as exc:
+            return _error(413 if isinstance(exc, PayloadTooLarge) else 400, one_line(exc))
+
     async def index(self, request: Request) -> Response:
         return FileResponse(static_dir() / "index.html", media_type="text/html; charset=utf-8",
                             headers={"Cache-Control": "no-store"})
@@ -207,6 +240,7 @@ def create_app(*, max_upload_bytes: int = DEFAULT_MAX_UPLOAD_BYTES, tmp_root: st
         Route("/api/schema", srv.schema, methods=["GET"]),
         Route("/api/{command:path}", srv.api, methods=["GET", "POST"]),
         Route("/ui/charts", srv.charts, methods=["POST"]),
+        Route("/ui/reproduce", srv.reproduce, methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.server = srv

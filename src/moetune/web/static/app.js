@@ -315,46 +315,16 @@ async function selectCandidate(i) {
   putSvg("chart-memory", ch.memory);
   putSvg("chart-walls", ch.walls);
   putSvg("chart-throughput", ch.throughput);
-  await openEstimate(estimateArgsFor(c, state.planArgs));
+  await openEstimate(await estimateArgsFor(c, state.planArgs));
 }
 
 // ------------------------------------------------------------------------------------------------ estimate
-// split a `moetune estimate ...` line (POSIX quoting) into {flag_name: value}
-function shellSplit(s) {
-  const out = []; let cur = null, q = null;
-  for (let i = 0; i < s.length; i++) {
-    const ch = s[i];
-    if (q) { if (ch === q) q = null; else if (ch === "\\" && q === '"') cur += s[++i]; else cur += ch; continue; }
-    if (ch === "'" || ch === '"') { q = ch; cur = cur ?? ""; continue; }
-    if (/\s/.test(ch)) { if (cur !== null) out.push(cur); cur = null; continue; }
-    if (ch === "\\") { cur = (cur ?? "") + s[++i]; continue; }
-    cur = (cur ?? "") + ch;
-  }
-  if (cur !== null) out.push(cur);
-  return out;
-}
-
-function argsFromReproduce(line) {
-  const toks = shellSplit(line), a = {};
-  let i = toks.indexOf("estimate");
-  i = i < 0 ? 0 : i + 1;
-  for (; i < toks.length; i++) {
-    const t = toks[i];
-    if (!t.startsWith("--")) continue;
-    const name = t.slice(2).replace(/-/g, "_");
-    const next = toks[i + 1];
-    if (next === undefined || next.startsWith("--")) {
-      if (name.startsWith("no_")) a[name.slice(3)] = false; else a[name] = true;
-    } else { a[name] = next; i++; }
-  }
-  return a;
-}
-
-function estimateArgsFor(c, planArgs) {
-  if (c.reproduce) {
-    const a = argsFromReproduce(c.reproduce);
-    for (const k of ["gpus", "gbs", "mbs", "seq", "tp", "pp", "vpp", "cp", "ep", "etp"]) if (a[k] !== undefined) a[k] = Number(a[k]);
-    return a;
+async function estimateArgsFor(c, planArgs) {
+  if (c.reproduce) {  // the candidate's own `moetune estimate ...` line, parsed by the server with the CLI's options
+    const r = await fetch("/ui/reproduce", {method: "POST", body: JSON.stringify({line: c.reproduce}),
+      headers: {"Content-Type": "application/json"}});
+    const d = await r.json();
+    if (r.ok && d.command === "estimate") return d.args;
   }
   // no reproduce line in this plan JSON: the candidate's layout and features as estimate flags
   const l = c.layout, f = c.features, req = state.plan.request || {};
