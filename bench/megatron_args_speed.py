@@ -6,6 +6,8 @@ long line). Inputs are generated in a temporary folder:
 
 * ``long-token``: one line, ``--data-path`` followed by a single multi-megabyte path;
 * ``many-values``: one line, ``--data-path`` followed by many weighted paths (``1.0 /data/shard_i``);
+* ``quoted-values``: as ``many-values`` with every path single-quoted and a comment line (the full shell-word
+  scanner instead of the plain whitespace split);
 * ``many-lines``: many ``\\``-continued lines of real flags (repeated with the same value);
 * ``yaml``: a functional-test ``model_config.yaml`` whose ``--data-path`` value is one long string.
 
@@ -15,6 +17,7 @@ Run: ``PYTHONPATH=src python bench/megatron_args_speed.py [--sizes 0.25,1,3]``
 from __future__ import annotations
 
 import argparse
+import shlex
 import tempfile
 import time
 from pathlib import Path
@@ -31,6 +34,9 @@ def make(shape: str, nbytes: int) -> str:
     if shape == "many-values":
         one = "1.0 /data/shard_0000000 "
         return BASE + "--data-path " + one * (nbytes // len(one)) + "\n"
+    if shape == "quoted-values":
+        one = "1.0 '/data/shard_0000000' "
+        return "# blend\n" + BASE + "--data-path " + one * (nbytes // len(one)) + "\n"
     if shape == "many-lines":
         line = "  --hidden-size 512 --num-attention-heads 8 --lr 0.0001 \\\n"
         return BASE + "\\\n" + line * (nbytes // len(line)) + "  --seq-length 1024\n"
@@ -44,11 +50,14 @@ def make(shape: str, nbytes: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="0.25,1,3", help="input sizes in MB")
+    ap.add_argument("--with-shlex", action="store_true",
+                    help="also time shlex.split (the former tokenizer) on inputs up to 1 MB")
     a = ap.parse_args()
     sizes = [float(x) for x in a.sizes.split(",")]
-    print(f"{'shape':<12} {'MB':>6} {'seconds':>8} {'MB/s':>7} {'x prev':>7}")
+    head = f"{'shape':<14} {'MB':>6} {'seconds':>8} {'MB/s':>7} {'x prev':>7}"
+    print(head + (f" {'shlex s':>8}" if a.with_shlex else ""))
     with tempfile.TemporaryDirectory() as tmp:
-        for shape in ("long-token", "many-values", "many-lines", "yaml"):
+        for shape in ("long-token", "many-values", "quoted-values", "many-lines", "yaml"):
             prev = None
             for mb in sizes:
                 path = Path(tmp) / f"{shape}.{'yaml' if shape == 'yaml' else 'txt'}"
@@ -59,7 +68,15 @@ def main() -> None:
                 dt = time.perf_counter() - t0
                 assert cfg["model"]["num_layers"] == 4
                 ratio = f"{dt / prev:7.1f}" if prev else f"{'':>7}"
-                print(f"{shape:<12} {real_mb:6.2f} {dt:8.3f} {real_mb / dt:7.1f} {ratio}")
+                row = f"{shape:<14} {real_mb:6.2f} {dt:8.3f} {real_mb / dt:7.1f} {ratio}"
+                if a.with_shlex:
+                    if mb <= 1 and shape != "yaml":
+                        t0 = time.perf_counter()
+                        shlex.split(path.read_text(), comments=True)
+                        row += f" {time.perf_counter() - t0:8.2f}"
+                    else:
+                        row += f" {'-':>8}"
+                print(row)
                 prev = dt
 
 

@@ -310,14 +310,16 @@ def test_multi_megabyte_argument_file_parses(tmp_path):
     """~2.5 MB on one line (many --data-path values) and a 3 MB single token: parsed, every value kept."""
     n = 110_000
     p = tmp_path / "args.txt"
-    p.write_text(BASE + " --data-path " + " ".join(f"1.0 /data/shard_{i:07d}" for i in range(n)) + "\n")
+    # a comment and quotes: the full shell-word scanner, not the plain whitespace split
+    p.write_text("# data blend\n" + BASE + " --data-path " + " ".join(f"1.0 '/data/shard_{i:07d}'" for i in range(n))
+                 + "\n")
     assert p.stat().st_size > 2 * 2**20
     cfg = read_megatron_args(p)
     paths = cfg["dataset"]["data_path"]
     assert len(paths) == 2 * n and paths[-1] == f"/data/shard_{n - 1:07d}"
     q = tmp_path / "long.txt"
     token = "/" + "x" * (3 * 2**20)
-    q.write_text(f"{BASE} --data-cache-path {token}\n")
+    q.write_text(f"{BASE} --data-cache-path \"{token}\"\n")
     assert read_megatron_args(q)["dataset"]["path_to_cache"] == token
 
 
@@ -400,3 +402,30 @@ def _app():
     from moetune.cli import app
 
     return app
+
+
+def _valid_value(rec: dict) -> list[str]:
+    """A value argparse would accept for a catalog record (first choice, a number of the type, or a word)."""
+    if rec["action"] in ("store_true", "store_false", "BooleanOptionalAction", "store_const", "count"):
+        return []
+    choices = rec.get("choices")
+    if isinstance(choices, list) and choices:
+        v = str(choices[0])
+    elif rec.get("type") == "float":
+        v = "0.5"
+    elif rec.get("type") not in (None, "str"):
+        v = "1"  # int, and Megatron's parsing callables (moe_freq_type, tuple_type, ...) all take "1"
+    else:
+        v = "x"
+    n = rec.get("nargs")
+    return [v] * (n if isinstance(n, int) else 1)
+
+
+def test_every_catalog_flag_is_accepted():
+    """All ~880 option strings of the catalog parse on top of a small job (none is 'unknown')."""
+    given = set(BASE.split())
+    for option, rec in catalog_flags().items():
+        if option in given:
+            continue
+        cfg = read_megatron_args(f"{BASE} {option} {shlex.join(_valid_value(rec))}")
+        assert cfg["model"]["num_layers"] == 4, option

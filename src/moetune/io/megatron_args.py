@@ -549,6 +549,9 @@ _DQ_ESC = re.compile(r'\\([$`"\\\n])')
 def shell_words(text: str) -> list[str]:
     """Split like bash does (single/double quotes, backslash escapes, ``\\<newline>`` continuations, ``#`` comments
     at the start of a word). One left-to-right regex scan: linear in the text length."""
+    plain = text.replace("\\\n", " ")
+    if not any(c in plain for c in "'\"\\#"):
+        return plain.split()  # no quoting, escapes or comments: whitespace splitting is the whole story
     words: list[str] = []
     parts: list[str] = []
     in_word = False
@@ -777,11 +780,9 @@ def _read_source(path_or_text: str | Path) -> tuple[str, str]:
         raise InputError(f"{src}: is a directory (expected a Megatron-LM argument file or model_config.yaml)",
                          field="--megatron-args", value=src, expected="a file")
     if not p.is_file():
-        if " " in src.strip() or isinstance(path_or_text, Path) or src.endswith((".yaml", ".yml", ".txt", ".sh")) \
-                or "/" in src:
-            if " " not in src.strip():
-                raise InputError(f"{src}: no such file", field="--megatron-args", value=src, expected="a file")
-        return src, "megatron arguments"
+        if isinstance(path_or_text, str) and any(c.isspace() for c in src.strip()):
+            return src, "megatron arguments"  # an argument string (words), not a path
+        raise InputError(f"{src}: no such file", field="--megatron-args", value=src, expected="a file")
     try:
         data = p.read_bytes()
     except OSError as e:
