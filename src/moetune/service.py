@@ -373,7 +373,7 @@ def args_from_argv(name: str, argv: list[str]) -> dict[str, Any]:
             continue
         key, eq, val = tok.partition("=")
         if key not in spell:
-            raise _unknown(f"option of `moetune {cmd.name}`:", key, sorted(spell))
+            raise unknown_name(f"option of `moetune {cmd.name}`:", key, sorted(spell))
         a, on = spell[key]
         if a.is_flag:
             out[a.name] = on
