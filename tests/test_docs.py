@@ -20,6 +20,8 @@ NUM = r"\d+[a-z]?(?:\.\d+)*"
 _REF = re.compile(r"(?<![\w/.-])(?:docs/)?(?P<name>[a-z][a-z_]*)\.md\b|(?<![\w/.-])(?:docs/)?(?P<bare>bridge_perf_notes)\b"
                   r"|\b(?P<bpn>BPN)\b")
 _SEC = re.compile(rf"§\s?(?P<a>{NUM})(?:\s?[-–]\s?(?P<b>{NUM}))?")
+#: right after a doc name, "section 4.4" / "sections 3.2-3.3" count as citations too
+_SEC_WORD = re.compile(rf"(?:§|sections?\s+)\s?(?P<a>{NUM})(?:\s?[-–]\s?(?P<b>{NUM}))?")
 _SEP = re.compile(r"\s*(?:,|/|;|and|or)?\s*(?=§)")
 #: bare § preceded by one of these belongs to a paper or another document, not to ours
 _FOREIGN = re.compile(r"(report|paper|arxiv|table|rfc|section|pep)\W{0,3}$", re.I)
@@ -50,7 +52,7 @@ def _chain(text: str, pos: int) -> list[tuple[int, str]]:
     nums: list[tuple[int, str]] = []
     pos = re.compile(r"[`\s]*").match(text, pos).end()
     while True:
-        s = _SEC.match(text, pos)
+        s = _SEC_WORD.match(text, pos)
         if not s:
             return nums
         nums.extend((s.start(), n) for n in (s.group("a"), s.group("b")) if n)
@@ -122,9 +124,10 @@ def test_every_cited_section_exists() -> None:
 
 
 def test_scanner_reads_chains_and_ranges() -> None:
-    text = "x (docs/domain.md §3.4/§4.4) y ``docs/bridge_perf_notes.md`` §2 z docs/domain.md §7.1-7.2, §8."
+    text = ("x (docs/domain.md §3.4/§4.4) y ``docs/bridge_perf_notes.md`` §2 z docs/domain.md §7.1-7.2, §8. "
+            "w docs/domain.md section 4.4) v docs/rules.md: no section here")
     got = [[n for _, n in _chain(text, m.end())] for m in _REF.finditer(text)]
-    assert got == [["3.4", "4.4"], ["2"], ["7.1", "7.2", "8"]]
+    assert got == [["3.4", "4.4"], ["2"], ["7.1", "7.2", "8"], ["4.4"], []]
 
 
 def test_readme_links_to_existing_docs() -> None:
