@@ -85,3 +85,55 @@ def test_llama4_maverick_interleave():
            "interleave_moe_layer_step": 2}
     m = model_from_hf_dict(cfg)
     assert m.mlp_pattern == get_model("Llama-4-Maverick").mlp_pattern == "DE" * 24
+
+
+def test_decoder_sparse_step_pattern_as_hf_builds_it(shared_data):
+    """Qwen3MoeDecoderLayer: MoE iff i not in mlp_only_layers and (i + 1) % decoder_sparse_step == 0."""
+    data = json.loads((shared_data / "models" / "hf_qwen3-30b-a3b.json").read_text())
+    data.update(num_hidden_layers=8, decoder_sparse_step=2)
+    assert model_from_hf_dict(data).mlp_pattern == "DEDEDEDE"
+    data.update(mlp_only_layers=[3])
+    assert model_from_hf_dict(data).mlp_pattern == "DEDDDEDE"
+    data.update(decoder_sparse_step=1, mlp_only_layers=[0, 7])
+    assert model_from_hf_dict(data).mlp_pattern == "DEEEEEED"
+
+
+def test_transformers5_field_names_equal_the_old_ones(shared_data):
+    """transformers 5 writes num_local_experts (Qwen3-MoE) and mlp_layer_types; older files num_experts and
+    first_k_dense_replace: both give the same model."""
+    old = json.loads((shared_data / "models" / "hf_qwen3-30b-a3b.json").read_text())
+    new = dict(old)
+    new["num_local_experts"] = new.pop("num_experts")
+    assert model_from_hf_dict(new) == model_from_hf_dict(old)
+    dsv3 = json.loads((shared_data / "models" / "hf_deepseek-v3.json").read_text())
+    k = dsv3["first_k_dense_replace"]
+    v5 = {key: v for key, v in dsv3.items() if key != "first_k_dense_replace"}
+    v5["mlp_layer_types"] = ["dense"] * k + ["sparse"] * (dsv3["num_hidden_layers"] - k)
+    assert model_from_hf_dict(v5).mlp_pattern == model_from_hf_dict(dsv3).mlp_pattern == "DDD" + "E" * 58
+
+
+JAMBA = {"model_type": "jamba", "hidden_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 16,
+         "num_key_value_heads": 4, "intermediate_size": 2048, "vocab_size": 65536, "num_experts": 16,
+         "num_experts_per_tok": 2, "attn_layer_period": 8, "attn_layer_offset": 4, "expert_layer_period": 2,
+         "expert_layer_offset": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2}
+
+
+def test_unpriced_layers_are_named_in_every_estimate(tmp_path, capsys):
+    """Jamba's Mamba-1 layers are counted exactly but priced with the Mamba-2 formulas: estimate says so."""
+    from moetune.cli import main
+
+    m = model_from_hf_dict(JAMBA)
+    assert m.mixer_pattern == "MMMMAMMM" and m.mlp_pattern == "DEDEDEDE" and m.mamba_version == 1
+    assert any("Mamba-1" in a and "approximate" in a for a in m.approximations)
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(JAMBA))
+    with pytest.raises(SystemExit) as exc:
+        main(["estimate", "--model", str(p), "--system", "H100-SXM", "--gpus", "8", "--gbs", "16", "--seq", "4096",
+              "--json"])
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("Mamba-1" in a and "approximate" in a for a in out["assumptions"])
+
+
+def test_standard_attention_models_have_no_approximation_note(shared_data):
+    assert model_from_hf_config(shared_data / "models" / "hf_deepseek-v3.json").approximations == ()

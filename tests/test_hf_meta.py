@@ -94,6 +94,8 @@ CASES: list[tuple[str, str, dict]] = [
     ("mellum", "mellum", dict(num_hidden_layers=6)),
     ("flint", "flint", dict(num_hidden_layers=6)),
     ("granitemoe_swa", "granitemoe_swa", dict(num_hidden_layers=4)),
+    ("afmoe", "afmoe", dict(num_hidden_layers=6, num_dense_layers=2)),
+    ("kolibri1", "kolibri1", dict(num_hidden_layers=4)),
     ("nemotron_h", "nemotron_h", dict(mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2)),
     ("nemotron_h-pattern", "nemotron_h", dict(hybrid_override_pattern="M-M*ME", mamba_num_heads=8, mamba_head_dim=16,
                                               ssm_state_size=16, n_groups=2, moe_shared_expert_intermediate_size=48)),

@@ -558,6 +558,20 @@ def _granitemoe_swa(c: Cfg) -> dict[str, Any]:
     return kw
 
 
+def _afmoe(c: Cfg) -> dict[str, Any]:
+    """AFMoE (``AfmoeDecoderLayer``): gated attention (sigmoid gate of the query width), q/k norms, norms before and
+    after attention and MLP, ``num_dense_layers`` dense layers first, a learned expert bias."""
+    dense = c.int("num_dense_layers", 1, lo=0, hi=MAX_LAYERS)
+    every = c.int("global_attn_every_n_layers", 4, hi=MAX_LAYERS)
+    if not c.has("layer_types"):
+        c.data = {**c.data, "layer_types": ["sliding_attention" if (i + 1) % every else "full_attention"
+                                            for i in range(c.layers())]}
+    kw = _generic_moe(c, "afmoe", qk_norm=True, n_shared_key="num_shared_experts", expert_bias=True,
+                      is_moe=lambda i: i >= dense)
+    kw.update(attention_output_gate=True, post_sublayer_norms=True)
+    return kw
+
+
 def _llama(c: Cfg) -> dict[str, Any]:
     L = c.layers()
     kw = trunk(c, L)
@@ -611,6 +625,9 @@ FAMILIES: dict[str, Builder] = {
     "mellum": lambda c: _generic_moe(c, "mellum", qk_norm=True),
     "flint": _flint,
     "granitemoe_swa": _granitemoe_swa,
+    "afmoe": _afmoe,
+    "kolibri1": lambda c: {**_generic_moe(c, "kolibri1", qk_norm=True, shared_key="shared_expert_intermediate_size",
+                                          expert_bias=True), "post_sublayer_norms": True},
 }
 #: Multimodal / wrapper configs whose language model is the ``text_config`` of the given type.
 WRAPPERS = {"llama4": "llama4_text", "qwen3_5_moe": "qwen3_5_moe_text"}

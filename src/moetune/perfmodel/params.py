@@ -239,6 +239,8 @@ def _layer_params(model: ModelArch, mixer: str, mlp: str) -> LayerParams:
                 shared += h
     if mlp != "_":
         norms += _norm(model, h)
+    if model.post_sublayer_norms:
+        norms += _norm(model, h) * ((mixer != "_") + (mlp != "_"))
     return LayerParams(attention=attention, mixer=mixer_p, norms=norms, dense_mlp=dense, router=router,
                        routed_experts=routed, shared_experts=shared, moe_latent_proj=latent)
 

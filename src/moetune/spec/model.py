@@ -61,6 +61,10 @@ class ModelArch(FrozenSpec):
     add_proj_bias: bool = Field(
         default=False, description="Bias on the attention output projection (HF attention_bias with add_qkv_bias)."
     )
+    post_sublayer_norms: bool = Field(
+        default=False, description="Extra norms on the attention and MLP outputs (sandwich norm: AFMoE, Kolibri;"
+        " Megatron post_self_attn_layernorm / post_mlp_layernorm)."
+    )
     output_layer_bias: bool = Field(default=False, description="Bias on the output layer (Phi-3.5-MoE lm_head_bias).")
     softmax_sinks: bool = Field(default=False, description="Learned attention sinks, one scalar per head (GPT-OSS).")
     qk_layernorm_full_width: bool = Field(
