@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from conftest import DATA, REPO, run_cli
@@ -429,3 +431,24 @@ def test_every_catalog_flag_is_accepted():
             continue
         cfg = read_megatron_args(f"{BASE} {option} {shlex.join(_valid_value(rec))}")
         assert cfg["model"]["num_layers"] == 4, option
+
+
+_OPTIONS = sorted(o for o in catalog_flags() if o not in set(BASE.split()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_OPTIONS), min_size=1, max_size=12, unique=True),
+       st.lists(st.sampled_from(["0", "-1", "abc", "1e9", "true", "", "[1 2]", "'q'"]), min_size=0, max_size=3))
+def test_random_flag_combinations_never_crash(options, junk):
+    """Any mix of real flags with valid values, plus junk words: a config or a one-line InputError, never a
+    traceback of another kind."""
+    words = []
+    for o in options:
+        words += [o, *_valid_value(catalog_flags()[o])]
+    words += junk
+    try:
+        cfg = read_megatron_args(f"{BASE} {shlex.join(words)}")
+    except InputError as e:
+        assert "\n" not in str(e)
+    else:
+        assert cfg["frontend"] == "megatron-lm" and len(cfg["_megatron_ignored"]) == len(set(cfg["_megatron_ignored"]))
