@@ -178,3 +178,23 @@ def test_rules_doc_lists_every_rule_once() -> None:
     text = (DOCS / "rules.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| ([A-Z]+-\d+[a-z]*) \|", text, re.M)
     assert sorted(rows) == sorted(load_rules()), "each registered rule must have exactly one table row"
+
+
+def test_hardware_table_matches_the_system_catalog() -> None:
+    """docs/domain.md §5 restates the system catalog; every row must agree with catalog/systems/*.json."""
+    from moetune.catalog.systems import get_system
+
+    text = (DOCS / "domain.md").read_text(encoding="utf-8")
+    sec = text[text.index("## 5. Hardware"):text.index("## 6.")]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in sec.splitlines()
+            if line.startswith("| ") and not line.startswith("| system")]
+    assert len(rows) >= 7
+    num = lambda cell: None if cell == "—" else float(cell.split()[0])  # noqa: E731
+    for name, bf16, fp8, fp4, hbm, nvlink, domain, nic in rows:
+        s = get_system(name)
+        peaks = s.gpu.peak_tflops
+        assert num(bf16) == peaks["bf16"], name
+        assert num(fp8) == peaks.get("fp8"), name
+        assert num(fp4) == peaks.get("nvfp4"), name
+        assert float(hbm.split(";")[1].split()[0]) == pytest.approx(s.gpu.hbm_gib), name
+        assert num(nvlink) == s.nvlink_bw_gbs and int(domain) == s.nvlink_domain and num(nic) == s.scaleout_bw_gbs, name
