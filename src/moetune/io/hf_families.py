@@ -572,6 +572,26 @@ def _afmoe(c: Cfg) -> dict[str, Any]:
     return kw
 
 
+def _cohere2_moe(c: Cfg) -> dict[str, Any]:
+    """Cohere2-MoE (``Cohere2MoeDecoderLayer``): attention and MLP in parallel on one input norm, experts of
+    ``intermediate_size``, ``num_shared_experts`` shared experts of the same width, dense prefix layers of
+    ``prefix_dense_intermediate_size``."""
+    L = c.layers()
+    kw = trunk(c, L, tie_default=True)
+    kw.update(gqa(c, kw["hidden_size"]))
+    f = c.int("intermediate_size")
+    n_shared = c.int("num_shared_experts", 0, lo=0, hi=MAX_EXPERTS)
+    kw.update(moe(c, width="intermediate_size", shared=f * n_shared))
+    k = c.int("first_k_dense_replace", 0, lo=0, hi=MAX_LAYERS)
+    mlp = mlp_pattern(c, L, lambda i: i >= k)
+    mixer = attn_pattern(c, L)
+    kw.update(family="cohere2_moe", ffn_hidden_size=c.int("prefix_dense_intermediate_size", f) if "D" in mlp else f,
+              mixer_pattern=mixer, mlp_pattern=mlp, parallel_attention_mlp=True,
+              approximations=("Cohere2-MoE runs attention and MLP in parallel; they are priced one after the other "
+                              "(time walls approximate; memory exact)",), **window(c, mixer))
+    return kw
+
+
 def _llama(c: Cfg) -> dict[str, Any]:
     L = c.layers()
     kw = trunk(c, L)
@@ -626,6 +646,7 @@ FAMILIES: dict[str, Builder] = {
     "flint": _flint,
     "granitemoe_swa": _granitemoe_swa,
     "afmoe": _afmoe,
+    "cohere2_moe": _cohere2_moe,
     "kolibri1": lambda c: {**_generic_moe(c, "kolibri1", qk_norm=True, shared_key="shared_expert_intermediate_size",
                                           expert_bias=True), "post_sublayer_norms": True},
 }

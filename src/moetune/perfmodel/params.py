@@ -237,7 +237,7 @@ def _layer_params(model: ModelArch, mixer: str, mlp: str) -> LayerParams:
             shared = mlp_params(model, h, model.moe_shared_expert_intermediate_size)
             if model.moe_shared_expert_gate:
                 shared += h
-    if mlp != "_":
+    if mlp != "_" and not (model.parallel_attention_mlp and mixer != "_"):
         norms += _norm(model, h)
     if model.post_sublayer_norms:
         norms += _norm(model, h) * ((mixer != "_") + (mlp != "_"))

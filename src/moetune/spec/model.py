@@ -65,6 +65,9 @@ class ModelArch(FrozenSpec):
         default=False, description="Extra norms on the attention and MLP outputs (sandwich norm: AFMoE, Kolibri;"
         " Megatron post_self_attn_layernorm / post_mlp_layernorm)."
     )
+    parallel_attention_mlp: bool = Field(
+        default=False, description="Attention and MLP read one shared input norm in parallel (Cohere2-MoE)."
+    )
     output_layer_bias: bool = Field(default=False, description="Bias on the output layer (Phi-3.5-MoE lm_head_bias).")
     softmax_sinks: bool = Field(default=False, description="Learned attention sinks, one scalar per head (GPT-OSS).")
     qk_layernorm_full_width: bool = Field(
