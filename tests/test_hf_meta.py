@@ -12,7 +12,9 @@ divisor moetune uses (128, 1280, 3200), so Megatron's padding adds nothing.
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +142,23 @@ def test_at_least_25_configs_and_every_family():
     tested = {mt for _, mt, _ in CASES}
     untested = set(FAMILIES) - tested - {"llama", "kimi_k2"}  # dense reference / a DeepSeek-V3 alias
     assert not untested, untested
+
+
+REAL = sorted((Path(__file__).resolve().parents[1] / "data" / "models").glob("hf_*.json"))
+
+
+@pytest.mark.parametrize("path", REAL, ids=[p.stem for p in REAL])
+def test_real_config_equals_transformers(path):
+    """The published config.json files in data/models (DeepSeek-V3 671.0 B, Kimi-K2 1.03 T, ...): moetune's count is
+    what transformers builds, plus Megatron's vocabulary padding (Llama-4's 202048 is padded to a multiple of 128)."""
+    transformers.logging.set_verbosity_error()
+    data = json.loads(path.read_text())
+    model = model_from_hf_dict(data, path)
+    # Kimi-K2 names its own model_type with remote code; its architecture is DeepseekV3ForCausalLM
+    mtype = data["model_type"] if data["model_type"] in CONFIG_MAPPING else "deepseek_v3"
+    cfg = AutoConfig.for_model(mtype, **{k: v for k, v in data.items() if k not in ("auto_map", "model_type")})
+    if hasattr(cfg, "text_config") and mtype == "llama4":
+        cfg = cfg.text_config
+    pad = (model.padded_vocab_size(1) - model.vocab_size) * model.hidden_size
+    pad *= 2 if model.untie_embeddings_and_output_weights else 1
+    assert count_params(model).total_without_mtp - pad == _hf_count(cfg)
