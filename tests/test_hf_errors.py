@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tests.conftest import DATA, run_cli
 
+from conftest import DATA, run_cli
 from moetune.cli import main
 from moetune.errors import InputError
 from moetune.io.hf import model_from_hf_config, model_from_hf_dict
