@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
+from moetune.io.load import build_published_job
 from moetune.perfmodel.calibration import (
     FOLD_KINDS,
     RunPredictor,
-    build_published_job,
     cross_validate,
     default_efficiency,
     fit_runs,

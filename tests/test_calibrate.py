@@ -10,8 +10,8 @@ import pytest
 
 from conftest import DATA, run_cli
 from moetune.errors import InputError
+from moetune.io.load import build_published_job
 from moetune.perfmodel.calibration import (
-    build_published_job,
     default_efficiency,
     fit,
     load_efficiency,

@@ -58,7 +58,7 @@ def test_find_recipe_matches_system_identity_not_substring(system, gpu):
 def test_calibration_recipe_job_uses_system_identity():
     from moetune.catalog.models import get_model
     from moetune.catalog.systems import get_system
-    from moetune.perfmodel.calibration import recipe_job
+    from moetune.io.load import recipe_job
 
     for system, gpu in (("GB200-NVL72", "gb200"), ("DGX-B200", "b200")):
         job, notes = recipe_job(get_model("DeepSeek-V3"), get_system(system), 256, "bf16")

@@ -41,6 +41,7 @@ COMMAND_MODULES = (
     "plan",
     "estimate",
     "check",
+    "recipes",
     "logs",
     "trace",
     "sweep",

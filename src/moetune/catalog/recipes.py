@@ -129,3 +129,41 @@ def _catalog_arch(model: str) -> dict:
         return arch_to_model_fields(get_model(model))
     except Exception:  # noqa: BLE001 - not in the catalog: architecture stays unknown
         return {}
+
+
+def recipe_summary(name: str) -> dict[str, Any]:
+    """One row of ``moetune recipes``: identity, layout, batch and key features of a recipe (values as the recipe
+    assigns them, Bridge defaults of :data:`PROVIDER_DEFAULTS` where it assigns nothing)."""
+    cfg = recipe_config(name)
+    meta, m = cfg["_meta"], cfg["model"]
+    ddp, co, train = cfg.get("ddp") or {}, cfg.get("comm_overlap") or {}, cfg.get("train") or {}
+    layout = {"tp": m.get("tensor_model_parallel_size") or 1, "pp": m.get("pipeline_model_parallel_size") or 1,
+              "vpp": m.get("virtual_pipeline_model_parallel_size"), "cp": m.get("context_parallel_size") or 1,
+              "ep": m.get("expert_model_parallel_size") or 1, "etp": m.get("expert_tensor_parallel_size"),
+              "pipeline_layout": m.get("pipeline_model_parallel_layout")}
+    for k in ("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+              "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"):
+        if m.get(k):
+            layout[k] = m[k]
+    disp = m.get("moe_token_dispatcher_type") or "alltoall"
+    if disp == "flex":
+        disp = m.get("moe_flex_dispatcher_backend") or "deepep"
+    gran = m.get("recompute_granularity")
+    rec = "none" if not gran else ("full" if gran == "full" else ",".join(m.get("recompute_modules") or
+                                                                        ["core_attn"]))
+    impl = m.get("cuda_graph_impl") or "none"
+    graphs = "none" if impl == "none" else ("full_iteration" if impl == "full_iteration" else
+                                            ",".join(m.get("cuda_graph_scope") or []) or impl)
+    features = {"dispatcher": disp, "recompute": rec, "cuda_graph_scope": graphs,
+                "ep_overlap": bool(co.get("overlap_moe_expert_parallel_comm")),
+                "delay_wgrad": bool(co.get("delay_wgrad_compute")),
+                "tp_comm_overlap": bool(co.get("tp_comm_overlap")) and layout["tp"] > 1,
+                "fsdp": bool(ddp.get("use_megatron_fsdp")),
+                "offload": ",".join(m.get("offload_modules") or []) if m.get("fine_grained_activation_offloading")
+                else "none",
+                "force_balance": bool(m.get("moe_router_force_load_balancing"))}
+    return {"name": meta["recipe"], "model": meta["model"], "task": meta["task"], "system": meta["system"],
+            "gpu": meta["gpu"], "gpus": meta["gpus"], "precision": meta["precision"], "variant": meta["variant"],
+            "arch_known": not meta["arch_unknown"], "layout": layout,
+            "gbs": train.get("global_batch_size"), "mbs": train.get("micro_batch_size"), "seq": m.get("seq_length"),
+            "features": features}

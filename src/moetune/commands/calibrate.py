@@ -38,11 +38,11 @@ def register(app: typer.Typer) -> None:
         import numpy as np
 
         from moetune.errors import InputError
+        from moetune.io.load import build_published_job
         from moetune.perfmodel.calibration import (
             NFEV_PER_PARAM,
             RunPredictor,
-            build_published_job,
-            fit_runs,
+                    fit_runs,
             load_efficiency,
             read_measured_csv,
             save_efficiency,

@@ -7,7 +7,6 @@ Exit code 1 when an error finding remains, 0 otherwise, 2 for unreadable input.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,61 +29,11 @@ def _parse_env(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _load_job_json(path: Path, text: str) -> dict:
-    from moetune.io.config_to_job import job_to_config
-    from moetune.spec import Job
-
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(doc, dict):
-        raise InputError(f"{path}: expected a JSON object (moetune job or ConfigContainer)")
-    if "layout" in doc or "features" in doc or "gpus" in doc:
-        try:
-            job = Job.model_validate(doc.get("job", doc))
-        except ValueError as e:
-            first = str(e).splitlines()
-            raise InputError(f"{path}: not a valid moetune job ({' '.join(first[:3])})") from None
-        return job_to_config(job)
-    from moetune.io.bridge import clean_node
-
-    cfg = clean_node(doc)
-    if "model" not in cfg:
-        raise InputError(f"{path}: no 'model' section; expected a moetune job or a ConfigContainer")
-    cfg.setdefault("frontend", "bridge")
-    return cfg
-
-
 def load_input(config_file: str | None, recipe: str | None, megatron_args: str | None) -> dict:
-    """The input config (not yet overridden) from whichever source was given."""
-    from moetune.io.bridge import load_bridge_dict
-    from moetune.io.megatron_args import read_megatron_args
+    """The input config (:func:`moetune.io.load.load_config`, the one loader)."""
+    from moetune.io.load import load_config
 
-    given = [x for x in (config_file, recipe, megatron_args) if x]
-    if len(given) > 1:
-        raise InputError("give only one of CONFIG_FILE, --recipe, --megatron-args")
-    if recipe:
-        from moetune.catalog.recipes import recipe_config
-
-        return recipe_config(recipe)
-    if megatron_args:
-        return read_megatron_args(megatron_args)
-    if not config_file:
-        raise InputError("nothing to check: give CONFIG_FILE, --recipe NAME or --megatron-args FILE")
-    p = Path(config_file)
-    if not p.is_file():
-        raise InputError(f"{config_file}: no such file")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{config_file}: cannot read ({getattr(e, 'strerror', None) or e.__class__.__name__})") from None
-    if p.suffix == ".json":
-        return _load_job_json(p, text)
-    stripped = text.lstrip()
-    if "MODEL_ARGS" in text or stripped.startswith("--") or p.suffix in (".sh", ".txt", ".args"):
-        return read_megatron_args(str(p))
-    return load_bridge_dict(text, config_file)
+    return load_config(config_file, recipe, megatron_args)
 
 
 def run_check(*, config_file: str | None = None, recipe: str | None = None, megatron_args: str | None = None,

@@ -1,8 +1,10 @@
 """``moetune estimate``: per-rank memory (and step time, when the time model is installed) of one training job.
 
-The job comes from flags (catalog model + system + layout + features), a Megatron-LM argument list / functional-test
-``model_config.yaml`` (``--megatron-args``), or a Megatron-Bridge ConfigContainer YAML with Hydra-style overrides
-(``--bridge-config``).
+The job comes from :func:`moetune.io.load.load_job` (the one loader): flags (catalog model + system + layout + the
+feature vocabulary shared with ``plan --fix``; features start from the Bridge perf recipe of the same model / system /
+precision), ``--recipe NAME`` (a Bridge perf recipe, Hydra-style overrides and flags on top), a Megatron-LM argument
+list / functional-test ``model_config.yaml`` (``--megatron-args``), or a Megatron-Bridge ConfigContainer YAML with
+Hydra-style overrides (``--bridge-config``).
 """
 
 from __future__ import annotations
@@ -12,140 +14,9 @@ from typing import Annotated, Any
 
 import typer
 
-from moetune.errors import InputError
 from moetune.output import console, print_json
 
 DEFAULT_SYSTEM = "DGX-H100"
-
-_DISPATCHERS = {
-    "allgather": ("allgather", None), "alltoall": ("alltoall", None), "flex": ("flex", "deepep"),
-    "deepep": ("flex", "deepep"), "hybridep": ("flex", "hybridep"),
-}
-
-
-def parse_recompute(text: str | None) -> dict[str, Any]:
-    """``--recompute`` value -> Features fields.
-
-    Forms: ``none``; ``full`` / ``full:uniform:N`` / ``full:block:N``; ``selective`` (MCore default module
-    core_attn) or a comma list of selective modules (``core_attn,moe_act``).
-    """
-    from moetune.perfmodel.activations import RECOMPUTE_MODULES
-
-    if text is None or text.strip().lower() in ("", "none", "off"):
-        return {"recompute_granularity": None, "recompute_modules": ()}
-    t = text.strip().lower()
-    if t.startswith("full"):
-        parts = t.split(":")
-        method = parts[1] if len(parts) > 1 and parts[1] else "uniform"
-        if method not in ("uniform", "block"):
-            raise InputError.bad_value("--recompute", text, "full[:uniform|block[:N]]")
-        try:
-            n = int(parts[2]) if len(parts) > 2 else 1
-        except ValueError:
-            raise InputError.bad_value("--recompute", text, "full:<method>:<integer layers>") from None
-        if n < 1:
-            raise InputError.bad_value("--recompute", text, "a positive number of layers")
-        return {"recompute_granularity": "full", "recompute_method": method, "recompute_num_layers": n}
-    if t == "selective":
-        return {"recompute_granularity": "selective", "recompute_modules": ("core_attn",)}
-    mods = tuple(m.strip() for m in t.split(",") if m.strip())
-    bad = [m for m in mods if m not in RECOMPUTE_MODULES]
-    if bad:
-        raise InputError.bad_value("--recompute", text, f"none, full[:uniform|block:N], selective or modules from "
-                                   f"{', '.join(RECOMPUTE_MODULES)}")
-    return {"recompute_granularity": "selective", "recompute_modules": mods}
-
-
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise InputError.bad_value(name, value, "a positive integer")
-
-
-def job_from_flags(*, model: str | None, system: str, gpus: int | None, gbs: int | None, mbs: int, seq: int | None,
-                   precision: str, tp: int, pp: int, vpp: int | None, pipeline_layout: str | None, cp: int, ep: int,
-                   etp: int | None, dispatcher: str | None, recompute: str | None, offload: str | None,
-                   expandable_segments: bool, cuda_graph_scope: str | None, optimizer_offload: float | None,
-                   routing_imbalance: float | None, force_balance: bool, dist_opt: bool):
-    """A :class:`~moetune.spec.job.Job` from command-line flags (catalog model and system)."""
-    from moetune.catalog.models import get_model
-    from moetune.catalog.systems import get_system
-    from moetune.spec.features import Features, parse_precision
-    from moetune.spec.job import Job
-    from moetune.spec.layout import Layout
-
-    missing = [n for n, v in (("--model", model), ("--gpus", gpus), ("--gbs", gbs), ("--seq", seq)) if v is None]
-    if missing:
-        raise InputError(f"missing {', '.join(missing)} (or give --megatron-args / --bridge-config)")
-    for name, val in (("--gpus", gpus), ("--gbs", gbs), ("--mbs", mbs), ("--seq", seq), ("--tp", tp), ("--pp", pp),
-                      ("--vpp", vpp), ("--cp", cp), ("--ep", ep), ("--etp", etp)):
-        _positive(name, val)
-    arch = get_model(model)
-    feats: dict[str, Any] = {"precision": parse_precision(precision), "expandable_segments": expandable_segments,
-                             "use_distributed_optimizer": dist_opt,
-                             # modern MoE recipes train without dropout (Bridge providers set 0.0)
-                             "hidden_dropout": 0.0, "attention_dropout": 0.0}
-    feats.update(parse_recompute(recompute))
-    if dispatcher is not None:
-        key = dispatcher.strip().lower()
-        if key not in _DISPATCHERS:
-            raise InputError.bad_value("--dispatcher", dispatcher, ", ".join(_DISPATCHERS))
-        feats["moe_token_dispatcher_type"], feats["moe_flex_dispatcher_backend"] = _DISPATCHERS[key]
-    if offload:
-        from moetune.perfmodel.activations import OFFLOAD_MODULES
-
-        mods = tuple(m.strip() for m in offload.split(",") if m.strip())
-        bad = [m for m in mods if m not in OFFLOAD_MODULES]
-        if bad:
-            raise InputError.bad_value("--offload-modules", offload, f"modules from {', '.join(OFFLOAD_MODULES)}")
-        feats["fine_grained_activation_offloading"] = True
-        feats["offload_modules"] = mods
-    if cuda_graph_scope:
-        scopes = tuple(s.strip() for s in cuda_graph_scope.split(",") if s.strip())
-        feats["cuda_graph_impl"] = "transformer_engine"
-        feats["cuda_graph_scope"] = scopes
-    if optimizer_offload is not None:
-        if not 0.0 <= optimizer_offload <= 1.0:
-            raise InputError.bad_value("--optimizer-offload", optimizer_offload, "a fraction in [0, 1]")
-        feats["optimizer_cpu_offload"] = optimizer_offload > 0
-        feats["optimizer_offload_fraction"] = optimizer_offload
-    if routing_imbalance is not None:
-        if routing_imbalance < 1.0:
-            raise InputError.bad_value("--routing-imbalance", routing_imbalance, "max/mean load >= 1")
-        feats["moe_routing_imbalance"] = routing_imbalance
-    feats["moe_router_force_load_balancing"] = force_balance
-    try:
-        features = Features(**feats)
-        layout = Layout(tp=tp, pp=pp, vpp=vpp, pipeline_layout=pipeline_layout, cp=cp, ep=ep, etp=etp)
-        job = Job(model=arch, system=get_system(system), gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs,
-                  seq_length=seq, layout=layout, features=features)
-    except ValueError as e:  # pydantic validation
-        raise InputError(f"invalid job: {str(e).splitlines()[-1].strip()}") from None
-    return job
-
-
-def job_from_files(*, megatron_args: str | None, bridge_config: str | None, overrides: list[str], system: str | None,
-                   gpus: int | None, model: str | None):
-    """A Job from a Megatron-LM argument file/string or a Bridge YAML (helper C's readers)."""
-    from moetune.io.config_to_job import job_from_config
-
-    if megatron_args and bridge_config:
-        raise InputError("give either --megatron-args or --bridge-config, not both")
-    if megatron_args:
-        if overrides:
-            raise InputError(f"unexpected argument(s) {' '.join(overrides)}: overrides apply to --bridge-config only")
-        from moetune.io.megatron_args import read_megatron_args
-
-        cfg = read_megatron_args(megatron_args)
-    else:
-        from moetune.io.bridge import read_bridge_config
-
-        cfg = read_bridge_config(bridge_config, overrides)
-    _positive("--gpus", gpus)
-    try:
-        job = job_from_config(cfg, system=system, gpus=gpus, model=model)
-    except (ValueError, TypeError) as e:  # a reader that did not name the field: still one line, exit 2
-        raise InputError(f"{megatron_args or bridge_config}: invalid value ({str(e).splitlines()[0]})") from None
-    return job
 
 
 def _time_section(job, efficiency: str | None = None) -> tuple[Any, Any]:
@@ -154,6 +25,14 @@ def _time_section(job, efficiency: str | None = None) -> tuple[Any, Any]:
     except ImportError:
         return None, None
     return estimate_time(job, efficiency), render_time
+
+
+def _launch(job) -> dict[str, Any]:
+    """Bridge overrides (tuning subset and all) and Megatron-LM flags of the job, e.g. a generated pipeline layout."""
+    from moetune.plan.launch import launch_for
+
+    full = launch_for(job)
+    return {k: full[k] for k in ("recipe", "bridge_overrides_tuning", "bridge_overrides", "megatron_args", "env")}
 
 
 def _flops_per_token(job) -> float | None:
@@ -219,36 +98,82 @@ def render_memory(est, suggestions=None) -> None:
             console.print(escape(f"  {i}. [{s.action}] {s.detail}: frees {s.frees_gib:.2f} GiB ({s.cost})"))
 
 
+def job_options(**kw: Any):
+    """The :class:`~moetune.io.load.JobFlags` of the estimate options (one vocabulary with ``plan --fix``)."""
+    from moetune.io.load import FeatureChoices, JobFlags, SplitFlags
+
+    ch = FeatureChoices(**{k: kw.pop(k) for k in list(kw) if k in FeatureChoices.__dataclass_fields__})
+    sp = SplitFlags(pipeline_layout=kw.pop("pipeline_layout"), first=kw.pop("first_stage"), last=kw.pop("last_stage"),
+                    account_embedding=bool(kw.pop("account_embedding")), account_loss=bool(kw.pop("account_loss")))
+    return JobFlags(split=sp, choices=ch, **kw)
+
+
+def run_estimate(fl, *, megatron_args: str | None = None, bridge_config: str | None = None,
+                 overrides: list[str] | None = None, explain: bool = False, efficiency: str | None = None):
+    """Job, memory estimate, suggestions, time estimate and FLOPs/token of one estimate request."""
+    from moetune.io.load import load_job
+    from moetune.perfmodel.memory import estimate_memory, explain_memory
+    from moetune.spec.validate import validate_job
+
+    job = load_job(fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides or [])
+    validate_job(job)
+    est = estimate_memory(job)
+    suggestions = explain_memory(job, est) if explain else None
+    tim, render_time = _time_section(job, efficiency)
+    return job, est, suggestions, tim, render_time, _flops_per_token(job)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("estimate")
     def estimate(
-        overrides: Annotated[list[str] | None, typer.Argument(help="Hydra-style overrides for --bridge-config "
+        overrides: Annotated[list[str] | None, typer.Argument(help="Hydra-style overrides for --recipe / --bridge-config "
                                                                "(model.tensor_model_parallel_size=4).")] = None,
-        model: Annotated[str | None, typer.Option(help="Catalog model name or JSON path.")] = None,
+        recipe: Annotated[str | None, typer.Option(
+            "--recipe", help="Start from this Bridge perf recipe (`moetune recipes`); 'none' = library defaults. "
+                             "Default: the recipe of the same model/system/precision when one exists.")] = None,
+        model: Annotated[str | None, typer.Option(help="Catalog model name or HF config.json path.")] = None,
         system: Annotated[str | None, typer.Option(help="Catalog system (default DGX-H100).")] = None,
         gpus: Annotated[int | None, typer.Option(help="World size.")] = None,
         gbs: Annotated[int | None, typer.Option(help="Global batch size (sequences).")] = None,
-        mbs: Annotated[int, typer.Option(help="Micro batch size.")] = 1,
-        seq: Annotated[int | None, typer.Option(help="Sequence length.")] = None,
-        precision: Annotated[str, typer.Option(help="BF16, FP8-CS, FP8-SC, MXFP8, NVFP4 ...")] = "bf16",
-        tp: Annotated[int, typer.Option(help="Tensor parallel size.")] = 1,
-        pp: Annotated[int, typer.Option(help="Pipeline parallel size.")] = 1,
+        mbs: Annotated[int | None, typer.Option(help="Micro batch size (default 1).")] = None,
+        seq: Annotated[int | None, typer.Option("--seq", "--seq-length", help="Sequence length.")] = None,
+        precision: Annotated[str | None, typer.Option(help="bf16, fp8_cs, fp8_blockwise, mxfp8, nvfp4 ... "
+                                                           "(`moetune catalog` lists the names)")] = None,
+        tp: Annotated[int | None, typer.Option(help="Tensor parallel size (default 1).")] = None,
+        pp: Annotated[int | None, typer.Option(help="Pipeline parallel size (default 1).")] = None,
         vpp: Annotated[int | None, typer.Option(help="Virtual pipeline stages per rank.")] = None,
         pipeline_layout: Annotated[str | None, typer.Option("--pipeline-layout", help="e.g. 'Et*3|(tt|)*29m|L'")] = None,
-        cp: Annotated[int, typer.Option(help="Context parallel size.")] = 1,
-        ep: Annotated[int, typer.Option(help="Expert parallel size.")] = 1,
+        first_stage: Annotated[int | None, typer.Option("--num-layers-in-first-pipeline-stage",
+                                                        help="decoder layers on the first PP stage")] = None,
+        last_stage: Annotated[int | None, typer.Option("--num-layers-in-last-pipeline-stage",
+                                                       help="decoder layers on the last PP stage")] = None,
+        account_embedding: Annotated[bool, typer.Option("--account-for-embedding-in-pipeline-split",
+                                                        help="the embedding counts as one layer in the split")] = False,
+        account_loss: Annotated[bool, typer.Option("--account-for-loss-in-pipeline-split",
+                                                   help="the loss counts as one layer in the split")] = False,
+        cp: Annotated[int | None, typer.Option(help="Context parallel size (default 1).")] = None,
+        ep: Annotated[int | None, typer.Option(help="Expert parallel size (default 1).")] = None,
         etp: Annotated[int | None, typer.Option(help="Expert tensor parallel size (Bridge default).")] = None,
-        dispatcher: Annotated[str | None, typer.Option(help="allgather, alltoall, deepep, hybridep.")] = None,
+        fsdp: Annotated[bool | None, typer.Option("--fsdp/--no-fsdp", help="Megatron-FSDP (optim_grads_params)")] = None,
+        dispatcher: Annotated[str | None, typer.Option(help="alltoall, allgather, deepep, hybridep.")] = None,
+        ep_overlap: Annotated[bool | None, typer.Option("--ep-overlap/--no-ep-overlap",
+                                                        help="overlap_moe_expert_parallel_comm")] = None,
+        delay_wgrad: Annotated[bool | None, typer.Option("--delay-wgrad/--no-delay-wgrad",
+                                                         help="delay_wgrad_compute (with EP overlap)")] = None,
+        tp_comm_overlap: Annotated[bool | None, typer.Option("--tp-comm-overlap/--no-tp-comm-overlap",
+                                                             help="TE userbuffers TP comm overlap")] = None,
         recompute: Annotated[str | None, typer.Option(help="none | full[:uniform|block:N] | selective | "
                                                             "comma list of modules")] = None,
-        offload_modules: Annotated[str | None, typer.Option("--offload-modules",
-                                                            help="fine-grained offload modules")] = None,
-        expandable_segments: Annotated[bool, typer.Option("--expandable-segments/--no-expandable-segments")] = False,
-        cuda_graph_scope: Annotated[str | None, typer.Option("--cuda-graph-scope", help="attn,moe_router,...")] = None,
+        offload: Annotated[str | None, typer.Option("--offload-modules", "--offload",
+                                                    help="fine-grained activation offload modules, or none")] = None,
+        cuda_graph_scope: Annotated[str | None, typer.Option("--cuda-graph-scope",
+                                                             help="attn,moe_router,... or none")] = None,
         optimizer_offload: Annotated[float | None, typer.Option(help="optimizer CPU offload fraction")] = None,
+        expandable_segments: Annotated[bool | None, typer.Option("--expandable-segments/--no-expandable-segments")
+                                       ] = None,
         routing_imbalance: Annotated[float | None, typer.Option(help="hottest/mean expert-rank load")] = None,
-        force_balance: Annotated[bool, typer.Option("--force-balance/--natural-routing")] = False,
-        dist_opt: Annotated[bool, typer.Option("--dist-opt/--no-dist-opt")] = True,
+        force_balance: Annotated[bool | None, typer.Option("--force-balance/--natural-routing")] = None,
+        dist_opt: Annotated[bool | None, typer.Option("--dist-opt/--no-dist-opt")] = None,
         megatron_args: Annotated[str | None, typer.Option("--megatron-args",
                                                           help="Megatron-LM args file/string or model_config.yaml")] = None,
         bridge_config: Annotated[str | None, typer.Option("--bridge-config", help="Megatron-Bridge YAML")] = None,
@@ -257,46 +182,26 @@ def register(app: typer.Typer) -> None:
         efficiency: Annotated[str | None, typer.Option(
             "--efficiency", help="Efficiency YAML from `moetune calibrate` (default: shipped fit).")] = None,
     ) -> None:
-        """Estimate per-GPU memory of every pipeline stage (and step time when available)."""
-        from moetune.perfmodel.memory import estimate_memory, explain_memory
-
-        overrides = overrides or []
-        if megatron_args or bridge_config:
-            flagged = [n for n, v, d in (("--tp", tp, 1), ("--pp", pp, 1), ("--vpp", vpp, None), ("--cp", cp, 1),
-                                         ("--ep", ep, 1), ("--etp", etp, None), ("--gbs", gbs, None),
-                                         ("--seq", seq, None), ("--dispatcher", dispatcher, None),
-                                         ("--recompute", recompute, None)) if v != d]
-            if flagged:
-                raise InputError(f"{', '.join(flagged)} cannot be combined with a config file; put them in the file "
-                                 "(or as Bridge overrides)")
-            job = job_from_files(megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides,
-                                 system=system, gpus=gpus, model=model)
-        else:
-            if overrides:
-                raise InputError(f"unexpected argument(s) {' '.join(overrides)} (overrides need --bridge-config)")
-            job = job_from_flags(model=model, system=system or DEFAULT_SYSTEM, gpus=gpus, gbs=gbs, mbs=mbs, seq=seq,
-                                 precision=precision, tp=tp, pp=pp, vpp=vpp, pipeline_layout=pipeline_layout, cp=cp,
-                                 ep=ep, etp=etp, dispatcher=dispatcher, recompute=recompute, offload=offload_modules,
-                                 expandable_segments=expandable_segments, cuda_graph_scope=cuda_graph_scope,
-                                 optimizer_offload=optimizer_offload, routing_imbalance=routing_imbalance,
-                                 force_balance=force_balance, dist_opt=dist_opt)
-        try:
-            from moetune.spec.validate import validate_job
-        except ImportError:
-            validate_job = None
-        if validate_job is not None:
-            validate_job(job)
-        est = estimate_memory(job)
-        suggestions = explain_memory(job, est) if explain else None
-        tim, render_time = _time_section(job, efficiency)
-        flops = _flops_per_token(job)
+        """Estimate per-GPU memory of every pipeline stage and the step time of one job."""
+        fl = job_options(
+            model=model, system=system, gpus=gpus, gbs=gbs, mbs=mbs, seq=seq, precision=precision, tp=tp, pp=pp,
+            vpp=vpp, cp=cp, ep=ep, etp=etp, recipe=recipe, pipeline_layout=pipeline_layout, first_stage=first_stage,
+            last_stage=last_stage, account_embedding=account_embedding, account_loss=account_loss, fsdp=fsdp,
+            dispatcher=dispatcher, ep_overlap=ep_overlap, delay_wgrad=delay_wgrad, tp_comm_overlap=tp_comm_overlap,
+            recompute=recompute, offload=offload, cuda_graph_scope=cuda_graph_scope,
+            optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
+            force_balance=force_balance, routing_imbalance=routing_imbalance)
+        job, est, suggestions, tim, render_time, flops = run_estimate(
+            fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides, explain=explain,
+            efficiency=efficiency)
         if json_out:
             out: dict[str, Any] = {
                 "job": job.model_dump(mode="json"),
                 "memory": est.to_dict(),
                 "time": tim.model_dump(mode="json") if tim is not None else None,
                 "flops_per_token": flops,
-                "assumptions": list(dict.fromkeys([*est.assumptions,
+                "launch": _launch(job),
+                "assumptions": list(dict.fromkeys([*job.assumptions, *est.assumptions,
                                                    *(getattr(tim, "assumptions", None) or [])])),
             }
             if suggestions is not None:
@@ -310,3 +215,6 @@ def register(app: typer.Typer) -> None:
         render_memory(est, suggestions)
         if tim is not None and render_time is not None:
             render_time(tim, console)
+        launch = _launch(job)
+        console.print("Bridge overrides: " + " ".join(launch["bridge_overrides_tuning"]), soft_wrap=True,
+                      markup=False, style="dim")

@@ -13,31 +13,10 @@ DEFAULT = {"model": "DeepSeek-V3", "system": "DGX-H100", "gpus": 256, "gbs": 409
 
 
 def _parse_fix(text: str | None) -> dict[str, Any]:
-    """``tp=2,ep=64,vpp=4,recompute=full,fsdp=1,pipeline_layout=...`` -> dict (ints where numeric)."""
-    out: dict[str, Any] = {}
-    if not text:
-        return out
-    allowed = {"tp", "pp", "vpp", "cp", "ep", "etp", "mbs", "recompute", "pipeline_layout", "dispatcher",
-               "precision", "fsdp"}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        if "=" not in part:
-            raise InputError.bad_value("--fix", part, "KEY=VALUE pairs separated by commas, e.g. tp=2,ep=64")
-        k, v = (x.strip() for x in part.split("=", 1))
-        if k not in allowed:
-            raise InputError.bad_value("--fix", k, f"one of {', '.join(sorted(allowed))}")
-        if k in ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs"):
-            if not v.isdigit() or int(v) < 1:
-                raise InputError.bad_value(f"--fix {k}", v, "a positive integer")
-            out[k] = int(v)
-        elif k == "fsdp":
-            if v.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
-                raise InputError.bad_value("--fix fsdp", v, "1 (Megatron-FSDP) or 0 (distributed optimizer)")
-            out[k] = int(v.lower() in ("1", "true", "yes", "on"))
-        else:
-            out[k] = v
-    return out
+    """``--fix`` in the one vocabulary (:func:`moetune.io.load.parse_fix`; the same names as the estimate flags)."""
+    from moetune.io.load import parse_fix
+
+    return parse_fix(text)
 
 
 def _layout_json(c) -> dict[str, Any]:
@@ -60,11 +39,21 @@ def _dump(x: Any) -> Any:
     return orjson.loads(to_json_bytes(x, indent=False))
 
 
-def candidate_json(c, nxt=None, *, with_launch: bool = True) -> dict[str, Any]:
+def reproduce_line(c, starts: dict[str, Any] | None = None) -> str:
+    """``moetune estimate …`` that rebuilds candidate ``c`` exactly (same time and memory)."""
+    from moetune.io.load import reproduce_command
+
+    st = (starts or {}).get(c.job.features.precision)
+    return reproduce_command(c.job, st.recipe if st is not None else None,
+                             st.recipe_layout if st is not None else None)
+
+
+def candidate_json(c, nxt=None, *, with_launch: bool = True, starts: dict[str, Any] | None = None) -> dict[str, Any]:
     from moetune.plan.explain import why_better
     from moetune.plan.launch import launch_for
 
     out = {
+        "reproduce": reproduce_line(c, starts),
         "layout": _layout_json(c),
         "features": c.job.features.model_dump(mode="json"),
         "memory": _dump(c.memory),
@@ -81,14 +70,21 @@ def candidate_json(c, nxt=None, *, with_launch: bool = True) -> dict[str, Any]:
 def register(app: typer.Typer) -> None:
     @app.command("plan")
     def plan_cmd(
+        recipe: Annotated[str | None, typer.Option(
+            "--recipe", help="Start from this Bridge perf recipe (`moetune recipes`): its model/system/GPUs/batch "
+                             "unless given, its non-searched settings kept; 'none' = library defaults. Default: the "
+                             "recipe of the same model/system/precision when one exists.")] = None,
         model: Annotated[str | None, typer.Option(help="Catalog model name or HF config.json path.")] = None,
         system: Annotated[str | None, typer.Option(help="Catalog system name or system YAML.")] = None,
         gpus: Annotated[int | None, typer.Option(help="World size.")] = None,
         gbs: Annotated[int | None, typer.Option(help="Global batch size (sequences).")] = None,
-        seq: Annotated[int | None, typer.Option(help="Sequence length.")] = None,
-        precision: Annotated[str | None, typer.Option(help="Precision(s), comma-separated: bf16,fp8,mxfp8,...")] = None,
+        seq: Annotated[int | None, typer.Option("--seq", "--seq-length", help="Sequence length.")] = None,
+        precision: Annotated[str | None, typer.Option(help="Precision(s), comma-separated: bf16,fp8_cs,mxfp8,...")] = None,
         mbs: Annotated[str, typer.Option(help="Micro-batch sizes to search, comma-separated.")] = "1,2,4",
-        fix: Annotated[str | None, typer.Option(help="Pin dimensions: tp=2,ep=64,pp=8,vpp=4,recompute=full,...")] = None,
+        fix: Annotated[str | None, typer.Option(
+            help="Pin dimensions, the estimate flags' names: tp,pp,vpp,cp,ep,etp,mbs,pipeline_layout,precision,fsdp,"
+                 "dispatcher,ep_overlap,delay_wgrad,tp_comm_overlap,recompute,offload,cuda_graph_scope (lists "
+                 "joined with +), e.g. tp=2,ep=64,recompute=full,ep_overlap=1")] = None,
         dispatchers: Annotated[str, typer.Option(help="Dispatchers to search: alltoall,deepep,hybridep,allgather")]
         = "alltoall,deepep,hybridep",
         max_recompute: Annotated[str, typer.Option(help="none | selective | full")] = "full",
@@ -104,6 +100,8 @@ def register(app: typer.Typer) -> None:
         from moetune.spec.features import parse_precision
 
         given = {"model": model, "system": system, "gpus": gpus, "gbs": gbs, "seq": seq, "precision": precision}
+        if recipe is not None and recipe.strip().lower() not in ("none", "off", "defaults", "library"):
+            given = _recipe_defaults(recipe, given)
         used_default = [k for k, v in given.items() if v is None]
         vals = {k: (v if v is not None else DEFAULT[k]) for k, v in given.items()}
         if max_recompute not in ("none", "selective", "full"):
@@ -126,7 +124,8 @@ def register(app: typer.Typer) -> None:
         if "precision" in fixd:
             precs = (parse_precision(fixd.pop("precision")),)
         if "dispatcher" in fixd:
-            disp = (str(fixd.pop("dispatcher")).lower(),)
+            d = str(fixd.pop("dispatcher")).lower()
+            disp = ("deepep" if d == "flex" else d,)
         model_arch, system_obj = get_model(str(vals["model"])), get_system(str(vals["system"]))
         if len(used_default) == len(given):
             err_console.print(
@@ -138,7 +137,7 @@ def register(app: typer.Typer) -> None:
             model=model_arch, system=system_obj, gpus=int(vals["gpus"]),
             global_batch_size=int(vals["gbs"]), seq_length=int(vals["seq"]), precisions=precs, mbs_options=mbs_opts,
             fix=fixd, dispatchers=disp, max_recompute=max_recompute, min_headroom_gib=min_headroom_gib,
-            top=top, allow_offload=not no_offload,
+            top=top, allow_offload=not no_offload, recipe=recipe,
         )
         res = plan(req)
         if not res.candidates:
@@ -146,13 +145,16 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
         cands = res.candidates
         from moetune.plan.ties import group_candidates
-        items = [candidate_json(c, cands[i + 1] if i + 1 < len(cands) else None) for i, c in enumerate(cands)]
+        items = [candidate_json(c, cands[i + 1] if i + 1 < len(cands) else None, starts=res.starts)
+                 for i, c in enumerate(cands)]
         out = {
             "request": {"model": req.model.name, "system": req.system.name, "gpus": req.gpus,
                         "gbs": req.global_batch_size, "seq": req.seq_length, "precisions": list(precs),
                         "fix": fixd, "dispatchers": list(disp), "max_recompute": max_recompute,
                         "min_headroom_gib": min_headroom_gib,
-                        "defaults_used": used_default},
+                        "defaults_used": used_default,
+                        "recipe": {p: st.recipe for p, st in res.starts.items()},
+                        "starting_features": {p: list(st.notes) for p, st in res.starts.items()}},
             "headroom_policy": f"reserved memory of the most loaded rank + {min_headroom_gib} GiB <= HBM capacity",
             "candidates": items,
             "searched": res.searched, "feasible": res.feasible, "seconds": round(res.seconds, 3),
@@ -166,6 +168,19 @@ def register(app: typer.Typer) -> None:
             print_json(out)
             return
         _render(out)
+
+
+def _recipe_defaults(recipe: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The plan request's model / system / GPUs / batch / sequence / precision from a recipe where not given."""
+    from moetune.catalog.recipes import get_recipe, recipe_summary
+    from moetune.io.load import RECIPE_PRECISION
+
+    rec = get_recipe(recipe)
+    row = recipe_summary(rec["name"])
+    prec = next((k for k, v in RECIPE_PRECISION.items() if v == row["precision"]), None)
+    fill = {"model": rec["model"], "system": rec["system"], "gpus": rec["gpus"], "gbs": row["gbs"],
+            "seq": row["seq"], "precision": prec}
+    return {k: (v if v is not None else fill.get(k)) for k, v in given.items()}
 
 
 def _impossible(res, json_out: bool) -> None:
@@ -230,6 +245,7 @@ def _render(out: dict[str, Any]) -> None:
                           f"{lo:.2f}-{hi:.2f} s/step", markup=False)
         console.print("    " + (", ".join(p for p in parts if p) or "no recompute, no overlap or graph features"),
                       markup=False)
+        console.print("    reproduce: " + c["reproduce"], markup=False, soft_wrap=True, style="dim")
     best = out["candidates"][0]
     bl, bt = best["layout"], best["time"]
     mfu = bt.get("mfu") or {}

@@ -208,6 +208,8 @@ def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | N
                   moe_shared_expert_intermediate_size=m.get("moe_shared_expert_intermediate_size"),
                   moe_router_num_groups=m.get("moe_router_num_groups"),
                   moe_router_group_topk=m.get("moe_router_group_topk"), moe_latent_size=m.get("moe_latent_size"))
+        if m.get("moe_router_score_function") in ("sigmoid", "sqrtsoftplus"):
+            kw["moe_router_score_function"] = m["moe_router_score_function"]
         if m.get("moe_router_topk") is None:
             notes.append("moe_router_topk unset: MCore default 2")
     for k in ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups", "linear_num_key_heads",
@@ -249,6 +251,8 @@ def arch_to_model_fields(arch: ModelArch) -> dict:
                  moe_shared_expert_intermediate_size=arch.moe_shared_expert_intermediate_size,
                  moe_router_num_groups=arch.moe_router_num_groups, moe_router_group_topk=arch.moe_router_group_topk,
                  moe_latent_size=arch.moe_latent_size)
+        if arch.moe_router_score_function != "softmax":
+            f["moe_router_score_function"] = arch.moe_router_score_function
         if not hybrid:
             flags = [1 if c == "E" else 0 for c in arch.mlp_pattern]
             f["moe_layer_freq"] = 1 if all(flags) else flags

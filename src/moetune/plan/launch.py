@@ -19,7 +19,7 @@ ALWAYS_SHOWN = frozenset({
     "train.micro_batch_size", "model.moe_token_dispatcher_type",
 })
 #: field-name prefixes of the tuning knobs shown when set (recompute, offload, dispatcher, overlap, graphs, ...)
-TUNING_PREFIXES = ("pipeline_model_parallel_layout", "recompute", "fine_grained_activation_offloading",
+TUNING_PREFIXES = ("pipeline_model_parallel_layout", "account_for_", "num_layers_in_", "recompute", "fine_grained_activation_offloading",
                    "offload_modules", "cpu_offloading", "moe_flex", "moe_router_force", "cuda_graph",
                    "use_te_rng_tracker", "overlap_", "delay_wgrad", "tp_comm_overlap", "moe_shared_expert_overlap",
                    "use_distributed_optimizer", "optimizer_cpu_offload", "optimizer_offload_fraction",

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
-from moetune.spec.features import BRIDGE_MIXED_PRECISION, Features
+from moetune.spec.features import Features
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
@@ -64,6 +64,10 @@ class PlanRequest:
     #: (index, count): search only the layouts whose (TP, CP, EP, ETP) group, numbered in enumeration order, is
     #: ``index`` modulo ``count``
     partition: tuple[int, int] = (0, 1)
+    #: where the features start (:func:`moetune.io.load.starting_features`): None = the Bridge perf recipe of the same
+    #: model / system / precision when one exists, a recipe name, or ``"none"`` (library defaults); the search
+    #: replaces the dimensions it searches and keeps the recipe's other settings
+    recipe: str | None = None
 
 
 @dataclass
@@ -104,6 +108,10 @@ class PlanResult:
     notes: list[str] = field(default_factory=list)
     #: best predicted step time per layout (tp, cp, pp, vpp, ep, etp, mbs, pipeline_layout) over its features
     per_layout_best: dict[tuple, float] = field(default_factory=dict)
+    #: rule id -> fitting configs the checker rejected with it (why a request with fitting layouts has no candidate)
+    rejected_rules: dict[str, int] = field(default_factory=dict)
+    #: per precision: where the features started (:class:`moetune.io.load.Start`: recipe name and notes)
+    starts: dict[str, Any] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -127,33 +135,48 @@ def _state_modes(req: PlanRequest, lp: LayoutPoint) -> list[tuple[str, bool]]:
     return [(p, f) for p in req.precisions for f in fsdp]
 
 
-def _base_features(model: ModelArch, precision: str, lp: LayoutPoint, fsdp: bool = False) -> Features:
-    """Library defaults plus what the Bridge ``mixed_precision`` recipe of ``precision`` sets (FP8 param gather for
-    the current-scaling and MXFP8 recipes), SP with TP > 1, expandable segments (the launch output sets it); with
-    ``fsdp`` the Megatron-FSDP settings of the Megatron-FSDP user guide (``--use-megatron-fsdp
-    --data-parallel-sharding-strategy optim_grads_params --use-distributed-optimizer``)."""
-    from moetune.rules.effective import resolve_mixed_precision
-
-    recipe = resolve_mixed_precision(BRIDGE_MIXED_PRECISION[precision]) or {}
-    extra = {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params",
-             "use_distributed_optimizer": True} if fsdp else {}
-    return Features(**extra,
-        precision=precision,
-        fp8_param_gather=bool(recipe.get("fp8_param_gather")),
-        sequence_parallel=lp.tp > 1,
-        # TE userbuffers TP overlap as Bridge's perf recipes set it: on for dense models with TP > 1 (the
-        # ``userbuffers_*_tp{2,4,8}`` configs of megatron/bridge/training/comm_overlap.py), off in every MoE perf
-        # recipe (``comm_overlap.tp_comm_overlap: False`` in the DeepSeek/Kimi/Qwen3 MoE recipes)
-        tp_comm_overlap=lp.tp > 1 and not model.is_moe,
-        moe_token_dispatcher_type="alltoall",
-        moe_router_force_load_balancing=False,
-        expandable_segments=True,
-    )
+#: the searched dimensions at their least-memory, least-time-floor settings: every variant the search prices is this
+#: base plus its updates, so the floors (model state, full recompute, :data:`VARIANT_INVARIANT_WALLS`) bound them all
+SEARCH_RESET: dict[str, Any] = {
+    "recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None, "recompute_modules": (),
+    "moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None,
+    "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
+    "cuda_graph_impl": "none", "cuda_graph_scope": (),
+    "fine_grained_activation_offloading": False, "offload_modules": (),
+    "optimizer_cpu_offload": False, "optimizer_offload_fraction": 0.0,
+}
+#: ``--fix`` keys pinned once in the base features (the others select among the searched variants)
+_BASE_PINNED = ("tp_comm_overlap", "offload")
 
 
-def _recompute_options(model: ModelArch, max_recompute: str) -> list[tuple[int, dict]]:
-    """(rank, Features updates) in the workflow's order: none, selective ladder, full."""
-    opts: list[tuple[int, dict]] = [(0, {})]
+def _base_features(model: ModelArch, precision: str, lp: LayoutPoint, fsdp: bool = False,
+                   start: Features | None = None, fix: dict[str, Any] | None = None) -> Features:
+    """The features every variant of a layout starts from: ``start`` (the Bridge perf recipe's features or, when None,
+    :func:`moetune.io.load.library_features`) with the searched dimensions at :data:`SEARCH_RESET`, made legal for
+    the layout (:func:`moetune.io.load.adapt_features`: SP with TP > 1, TP comm overlap needs SP); with ``fsdp`` the
+    Megatron-FSDP settings of the Megatron-FSDP user guide (``--use-megatron-fsdp --data-parallel-sharding-strategy
+    optim_grads_params --use-distributed-optimizer``); the ``--fix`` pins of TP comm overlap and offloading."""
+    from moetune.io.load import FeatureChoices, adapt_features, choice_updates, fix_choices, library_features
+
+    f = start if start is not None else library_features(model, precision)
+    f = adapt_features(f.model_copy(update={**SEARCH_RESET, "precision": precision}), model, _layout(lp))
+    pinned = fix_choices({k: v for k, v in (fix or {}).items() if k in _BASE_PINNED})
+    upd = choice_updates(FeatureChoices(fsdp=fsdp))
+    upd.update(choice_updates(pinned))
+    return f.model_copy(update=upd)
+
+
+def _recompute_options(model: ModelArch, max_recompute: str, pinned: str | None = None) -> list[tuple[int, dict]]:
+    """(rank, Features updates) in the workflow's order: none, selective ladder, full; only ``pinned`` (a
+    ``--recompute`` value) when given. Every option sets all recompute fields (:func:`moetune.io.load.parse_recompute`),
+    so an option means the same on any starting features."""
+    from moetune.io.load import parse_recompute
+
+    if pinned is not None:
+        upd = parse_recompute(pinned)
+        rank = 0 if upd["recompute_granularity"] is None else 99 if upd["recompute_granularity"] == "full" else 50
+        return [(rank, upd)]
+    opts: list[tuple[int, dict]] = [(0, parse_recompute("none"))]
     if max_recompute in ("selective", "full"):
         seen = set()
         for i, mods in enumerate(SELECTIVE_LADDER):
@@ -161,10 +184,9 @@ def _recompute_options(model: ModelArch, max_recompute: str) -> list[tuple[int, 
             if not keep or keep in seen:
                 continue
             seen.add(keep)
-            opts.append((i + 1, {"recompute_granularity": "selective", "recompute_modules": keep}))
+            opts.append((i + 1, parse_recompute(",".join(keep))))
     if max_recompute == "full":
-        opts.append((99, {"recompute_granularity": "full", "recompute_method": "uniform",
-                          "recompute_num_layers": 1, "recompute_modules": ()}))
+        opts.append((99, parse_recompute("full:uniform:1")))
     return opts
 
 
@@ -194,6 +216,16 @@ def _dispatcher_variants(req: PlanRequest, lp: LayoutPoint) -> list[dict]:
 
 def _overlap_variants(req: PlanRequest, lp: LayoutPoint, recompute: dict) -> list[dict]:
     off = {"overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False}
+    if "ep_overlap" in req.fix or "delay_wgrad" in req.fix:
+        # pinned: exactly what was asked (an illegal pin is rejected by the checker with its rule id)
+        on = bool(int(req.fix.get("ep_overlap", 1 if int(req.fix.get("delay_wgrad", 0)) else 0)))
+        delay = bool(int(req.fix.get("delay_wgrad", 0)))
+        if not on and delay:
+            return []
+        if "delay_wgrad" in req.fix or not on:
+            return [{"overlap_moe_expert_parallel_comm": on, "delay_wgrad_compute": delay}]
+        return [{"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": False},
+                {"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True}]
     if not (req.explore_overlap and req.model.is_moe and lp.ep > 1):
         return [off]
     if recompute.get("recompute_granularity") == "full" or "moe" in recompute.get("recompute_modules", ()):
@@ -208,6 +240,10 @@ def _overlap_variants(req: PlanRequest, lp: LayoutPoint, recompute: dict) -> lis
 
 def _graph_variants(req: PlanRequest, recompute: dict) -> list[dict]:
     off = {"cuda_graph_impl": "none", "cuda_graph_scope": ()}
+    if "cuda_graph_scope" in req.fix:
+        from moetune.io.load import FeatureChoices, choice_updates
+
+        return [choice_updates(FeatureChoices(cuda_graph_scope=str(req.fix["cuda_graph_scope"])))]
     if not req.explore_graphs or recompute.get("recompute_granularity") == "full":
         return [off]  # TE-scoped graphs exclude full recompute (docs/domain.md §6.4)
     scope = ("attn", "moe_router", "moe_preprocess") if req.model.is_moe else ("attn", "mlp")
@@ -278,12 +314,10 @@ def plan(req: PlanRequest) -> PlanResult:
     capacity = req.system.gpu.hbm_gib
     headroom = req.min_headroom_gib
     limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
-    rec_opts = _recompute_options(req.model, req.max_recompute)
-    if "recompute" in req.fix:
-        want = str(req.fix["recompute"])
-        rec_opts = [o for o in rec_opts if (want == "none" and o[0] == 0) or (want == "full" and o[0] == 99)
-                    or (want not in ("none", "full") and o[0] not in (0, 99)
-                        and ",".join(o[1].get("recompute_modules", ())) == want)] or rec_opts[:1]
+    rec_opts = _recompute_options(req.model, req.max_recompute,
+                                  str(req.fix["recompute"]) if "recompute" in req.fix else None)
+    starts = plan_starts(req)
+    rejected_rules: dict[str, int] = {}
     best: list[tuple] = []  # heap of the top-K distinct layouts by (-step time): the pruning bound
     k = max(req.top, 1)
     searched = feasible = layouts = pruned_mem = pruned_bound = rejected = 0
@@ -313,7 +347,8 @@ def plan(req: PlanRequest) -> PlanResult:
     def base_features(mode: tuple[str, bool], lp: LayoutPoint) -> Features:
         key = (mode, lp.tp > 1)
         if key not in base_cache:
-            base_cache[key] = _base_features(req.model, mode[0], lp, fsdp=mode[1])
+            base_cache[key] = _base_features(req.model, mode[0], lp, fsdp=mode[1], start=starts[mode[0]].features,
+                                             fix=req.fix)
         return base_cache[key]
 
     def features(mode: tuple[str, bool], lp: LayoutPoint, update: dict) -> Features:
@@ -452,8 +487,11 @@ def plan(req: PlanRequest) -> PlanResult:
                     if step > kth_best() and not req.exact_ranking:
                         continue
                     findings = check_job(job)
-                    if any(str(f.severity).startswith("error") for f in findings):
+                    errors = [f for f in findings if str(f.severity).startswith("error")]
+                    if errors:
                         rejected += 1
+                        for f in errors:
+                            rejected_rules[f.id] = rejected_rules.get(f.id, 0) + 1
                         continue
                     c = Candidate(job, lp, full_memory_of(lp, feats), estimate_time(job, eff), findings, rank)
                     best_by_layout[lk] = c
@@ -525,7 +563,7 @@ def plan(req: PlanRequest) -> PlanResult:
             if consider(lp, precision, rank, rec):
                 break  # least recompute that fits wins; more recompute only adds time
     notes: list[str] = []
-    if not best_by_layout and req.allow_offload and offload_queue:
+    if not best_by_layout and req.allow_offload and offload_queue and "offload" not in req.fix:
         notes.append("no layout fits without offloading; tried fine-grained activation and optimizer CPU offload "
                      "on the 256 closest layouts")
         off = {"fine_grained_activation_offloading": True,
@@ -540,7 +578,14 @@ def plan(req: PlanRequest) -> PlanResult:
     cands = sorted(best_by_layout.values(), key=Candidate.sort_key)
     miss = [(-o, j) for o, _, j in sorted(closest, reverse=True)]
     return PlanResult(req, cands[: max(req.top, 1)], searched, feasible, time.perf_counter() - t0, layouts,
-                      pruned_mem, pruned_bound, rejected, miss, notes, per_layout)
+                      pruned_mem, pruned_bound, rejected, miss, notes, per_layout, rejected_rules, starts)
+
+
+def plan_starts(req: PlanRequest) -> dict[str, Any]:
+    """Per searched precision, the starting features (:func:`moetune.io.load.starting_features`)."""
+    from moetune.io.load import starting_features
+
+    return {p: starting_features(req.model, req.system, req.gpus, p, req.recipe) for p in req.precisions}
 
 
 def _workers(req: PlanRequest) -> int:
@@ -623,10 +668,14 @@ def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
     for p in parts:
         per_layout.update(p.per_layout_best)
     notes = list(dict.fromkeys(x for p in parts for x in p.notes))
+    rules: dict[str, int] = {}
+    for p in parts:
+        for r, n_r in p.rejected_rules.items():
+            rules[r] = rules.get(r, 0) + n_r
     return PlanResult(req, cands[: max(req.top, 1)], sum(p.searched for p in parts), sum(p.feasible for p in parts),
                       time.perf_counter() - t0, sum(p.layouts for p in parts), sum(p.pruned_memory for p in parts),
                       sum(p.pruned_bound for p in parts), sum(p.rejected_by_check for p in parts), closest, notes,
-                      per_layout)
+                      per_layout, rules, parts[0].starts)
 
 
 #: skip the retuning of layouts (and recompute options) whose :func:`_schedule_floor` exceeds the k-th best; the

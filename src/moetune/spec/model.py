@@ -104,6 +104,9 @@ class ModelArch(FrozenSpec):
         default=False, description="Aux-loss-free expert bias, one per expert (DSV3 e_score_correction_bias)."
     )
     moe_latent_size: int | None = Field(default=None, description="Latent MoE: experts run at this width (Nemotron).")
+    moe_router_score_function: Literal["softmax", "sigmoid", "sqrtsoftplus"] = Field(
+        default="softmax", description="Router scoring (--moe-router-score-function; Llama-4: sigmoid, Bridge "
+                                       "Llama4ModelProvider). Top-1 softmax routing needs pre-softmax (MOE-020).")
 
     # --- hybrid mixers ----------------------------------------------------------------------------------
     mamba_state_dim: int | None = None

@@ -132,8 +132,8 @@ def read_baseline(path: Path, *, system: str | None = None, gpus: int | None = N
                   model: str | None = None) -> PlanInput:
     """A baseline config (Bridge YAML, Megatron-LM args / model_config.yaml, moetune job JSON) as a one-candidate
     plan, through the config readers that ``moetune check`` uses."""
-    from moetune.commands.check import load_input
     from moetune.io.config_to_job import job_from_config
+    from moetune.io.load import load_config as load_input
 
     if not path.is_file():
         raise InputError(f"{path}: no such file (expected a baseline config)")
