@@ -49,7 +49,9 @@ def test_schema_types_follow_the_annotations():
     est = service.schema("estimate")["properties"]
     assert est["gpus"]["type"] == "integer"
     assert est["routing_imbalance"]["type"] == "number"
-    assert est["dist_opt"]["type"] == "boolean" and est["dist_opt"]["default"] is True
+    # tri-state feature flags: unset means "as the starting features (Bridge recipe / library defaults) have it"
+    assert est["dist_opt"]["type"] == "boolean" and est["dist_opt"].get("default") is None
+    assert est["explain"]["type"] == "boolean" and est["explain"]["default"] is False
     assert est["overrides"] == {"type": "array", "items": {"type": "string"}, **{k: est["overrides"][k]
                                                                                     for k in ("description",)}}
     assert "json" not in est and "json_out" not in est
