@@ -143,13 +143,13 @@ def register(app: typer.Typer) -> None:
         pp: Annotated[int | None, typer.Option(help="Pipeline parallel size (default 1).")] = None,
         vpp: Annotated[int | None, typer.Option(help="Virtual pipeline stages per rank.")] = None,
         pipeline_layout: Annotated[str | None, typer.Option("--pipeline-layout", help="e.g. 'Et*3|(tt|)*29m|L'")] = None,
-        first_stage: Annotated[int | None, typer.Option("--num-layers-in-first-pipeline-stage",
+        num_layers_in_first_pipeline_stage: Annotated[int | None, typer.Option("--num-layers-in-first-pipeline-stage",
                                                         help="decoder layers on the first PP stage")] = None,
-        last_stage: Annotated[int | None, typer.Option("--num-layers-in-last-pipeline-stage",
+        num_layers_in_last_pipeline_stage: Annotated[int | None, typer.Option("--num-layers-in-last-pipeline-stage",
                                                        help="decoder layers on the last PP stage")] = None,
-        account_embedding: Annotated[bool, typer.Option("--account-for-embedding-in-pipeline-split",
+        account_for_embedding_in_pipeline_split: Annotated[bool, typer.Option("--account-for-embedding-in-pipeline-split",
                                                         help="the embedding counts as one layer in the split")] = False,
-        account_loss: Annotated[bool, typer.Option("--account-for-loss-in-pipeline-split",
+        account_for_loss_in_pipeline_split: Annotated[bool, typer.Option("--account-for-loss-in-pipeline-split",
                                                    help="the loss counts as one layer in the split")] = False,
         cp: Annotated[int | None, typer.Option(help="Context parallel size (default 1).")] = None,
         ep: Annotated[int | None, typer.Option(help="Expert parallel size (default 1).")] = None,
@@ -164,7 +164,7 @@ def register(app: typer.Typer) -> None:
                                                              help="TE userbuffers TP comm overlap")] = None,
         recompute: Annotated[str | None, typer.Option(help="none | full[:uniform|block:N] | selective | "
                                                             "comma list of modules")] = None,
-        offload: Annotated[str | None, typer.Option("--offload-modules", "--offload",
+        offload_modules: Annotated[str | None, typer.Option("--offload-modules", "--offload",
                                                     help="fine-grained activation offload modules, or none")] = None,
         cuda_graph_scope: Annotated[str | None, typer.Option("--cuda-graph-scope",
                                                              help="attn,moe_router,... or none")] = None,
@@ -172,7 +172,8 @@ def register(app: typer.Typer) -> None:
         expandable_segments: Annotated[bool | None, typer.Option("--expandable-segments/--no-expandable-segments")
                                        ] = None,
         routing_imbalance: Annotated[float | None, typer.Option(help="hottest/mean expert-rank load")] = None,
-        force_balance: Annotated[bool | None, typer.Option("--force-balance/--natural-routing")] = None,
+        force_balance: Annotated[bool | None, typer.Option("--force-balance/--no-force-balance",
+                                                           help="benchmark-only force-balanced routing")] = None,
         dist_opt: Annotated[bool | None, typer.Option("--dist-opt/--no-dist-opt")] = None,
         megatron_args: Annotated[str | None, typer.Option("--megatron-args",
                                                           help="Megatron-LM args file/string or model_config.yaml")] = None,
@@ -185,10 +186,12 @@ def register(app: typer.Typer) -> None:
         """Estimate per-GPU memory of every pipeline stage and the step time of one job."""
         fl = job_options(
             model=model, system=system, gpus=gpus, gbs=gbs, mbs=mbs, seq=seq, precision=precision, tp=tp, pp=pp,
-            vpp=vpp, cp=cp, ep=ep, etp=etp, recipe=recipe, pipeline_layout=pipeline_layout, first_stage=first_stage,
-            last_stage=last_stage, account_embedding=account_embedding, account_loss=account_loss, fsdp=fsdp,
+            vpp=vpp, cp=cp, ep=ep, etp=etp, recipe=recipe, pipeline_layout=pipeline_layout,
+            first_stage=num_layers_in_first_pipeline_stage, last_stage=num_layers_in_last_pipeline_stage,
+            account_embedding=account_for_embedding_in_pipeline_split,
+            account_loss=account_for_loss_in_pipeline_split, fsdp=fsdp,
             dispatcher=dispatcher, ep_overlap=ep_overlap, delay_wgrad=delay_wgrad, tp_comm_overlap=tp_comm_overlap,
-            recompute=recompute, offload=offload, cuda_graph_scope=cuda_graph_scope,
+            recompute=recompute, offload=offload_modules, cuda_graph_scope=cuda_graph_scope,
             optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
             force_balance=force_balance, routing_imbalance=routing_imbalance)
         job, est, suggestions, tim, render_time, flops = run_estimate(

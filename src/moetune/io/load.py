@@ -647,7 +647,7 @@ def feature_args(f: Features) -> list[str]:
     if f.optimizer_cpu_offload or f.optimizer_offload_fraction:
         out.append(f"--optimizer-offload {f.optimizer_offload_fraction:g}")
     out += [_b("expandable-segments", f.expandable_segments), _b("dist-opt", f.use_distributed_optimizer),
-            "--force-balance" if f.moe_router_force_load_balancing else "--natural-routing"]
+            _b("force-balance", f.moe_router_force_load_balancing)]
     if f.moe_routing_imbalance != 1.0:
         out.append(f"--routing-imbalance {f.moe_routing_imbalance:g}")
     return out
