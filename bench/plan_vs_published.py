@@ -123,9 +123,9 @@ def agreement(out: list[tuple]) -> tuple[int, int, int]:
 
 def fold_efficiencies(kinds: list[str], tmp: Path) -> dict[str, dict[str, str]]:
     """{kind: {fold key: efficiency file}}: the cross-validation fits of the step-time bench (same folds)."""
+    from moetune.io.load import build_published_job
     from moetune.perfmodel.calibration import (
         RunPredictor,
-        build_published_job,
         cross_validate,
         default_efficiency,
         read_measured_csv,

@@ -11,9 +11,9 @@ import pytest
 from conftest import DATA, run_cli
 from moetune.catalog.models import get_model
 from moetune.catalog.systems import get_system
+from moetune.io.load import build_published_job
 from moetune.perfmodel.calibration import (
     RunPredictor,
-    build_published_job,
     cross_validate,
     default_efficiency,
     read_measured_csv,
