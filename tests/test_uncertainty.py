@@ -80,8 +80,9 @@ def test_plan_groups_near_duplicates_and_ties():
     assert members == list(range(1, len(cands) + 1))
     keys = []
     for g in groups:
-        lays = [cands[m - 1]["layout"] for m in g["members"]]
-        k = {(x["tp"], x["cp"], x["pp"], x["ep"], x["etp"]) for x in lays}
+        lays = [(cands[m - 1]["layout"], cands[m - 1]["features"]) for m in g["members"]]
+        # a distinct layout = meshes + Megatron-FSDP or not (plan.ties.layout_key)
+        k = {(x["tp"], x["cp"], x["pp"], x["ep"], x["etp"], f["use_megatron_fsdp"]) for x, f in lays}
         assert len(k) == 1
         keys.append(k.pop())
         times = [cands[m - 1]["time"]["step_time_s"] for m in g["members"]]
