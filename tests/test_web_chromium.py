@@ -337,6 +337,16 @@ def test_evidence_panes_show_check_logs_and_trace(tmp_path):
         base = b.js("document.querySelector('#delta-table tr[data-metric=\"peak allocated (GiB)\"] td.base')"
                     ".textContent")
         assert float(base) == pytest.approx(est["memory"]["peak_allocated_gib"], rel=1e-3)
+        # its what-ifs are Bridge overrides: full recompute as the CLI would take it
+        full = json.loads(run_cli("estimate", "--bridge-config", str(cfg), "--system", "DGX-H100", "--gpus", "16",
+                                  "model.recompute_granularity=full", "model.recompute_method=uniform",
+                                  "model.recompute_num_layers=1", "--json").stdout)
+        _apply_whatif(b, "w-recompute", "full")
+        assert not b.js("!!document.querySelector('#whatif-error')"), b.js(
+            "document.querySelector('#whatif-error').textContent")
+        assert float(_whatif_cell(b, "peak allocated (GiB)")) == pytest.approx(
+            full["memory"]["peak_allocated_gib"], rel=1e-3)
+        assert full["memory"]["peak_allocated_gib"] != est["memory"]["peak_allocated_gib"]
         b.screenshot(tmp_path / "evidence.png")
     finally:
         b.close()

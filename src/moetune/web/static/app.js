@@ -393,6 +393,11 @@ async function openEstimate(args) {
     typeof v === "boolean" ? (v ? `--${k.replace(/_/g, "-")}` : `--no-${k.replace(/_/g, "-")}`) : `--${k.replace(/_/g, "-")} ${shellQuote(String(v))}`).join(" ");
   renderItemised(state.base);
   renderDelta(state.base, null);
+  if (state.modelKind === "bridge" || state.modelKind === "megatron") {
+    setToggles(togglesFromJob(state.base.job || {}), state.modelKind);
+    $("#detail-title").textContent = `moetune estimate --${state.modelKind === "bridge" ? "bridge-config" : "megatron-args"} ` +
+      `${shellQuote(state.modelFile.name)} ` + $("#detail-title").textContent.replace(/^moetune estimate /, "");
+  }
   const c = state.plan && state.plan.candidates[state.sel];
   if (c && (!state.modelKind || state.modelKind === "hf")) {
     const ps = c.time.step_time_s, es = (state.base.time || {}).step_time_s;
@@ -457,18 +462,51 @@ function normRecompute(v) {
   return v === "core_attn" ? "selective" : v;
 }
 
-function setToggles(args) {
+// the toggles' values of an estimated job (config-file modes: the file's own features)
+function togglesFromJob(job) {
+  const f = job.features || {};
+  return {recompute: f.recompute_granularity === "full" ? "full" : f.recompute_granularity === "selective" ?
+    (f.recompute_modules || []).join(",") : "none",
+  dispatcher: f.moe_token_dispatcher_type === "flex" ? (f.moe_flex_dispatcher_backend || "deepep") : f.moe_token_dispatcher_type,
+  ep_overlap: !!f.overlap_moe_expert_parallel_comm, delay_wgrad: !!f.delay_wgrad_compute,
+  cuda_graph_scope: f.cuda_graph_impl !== "none" && (f.cuda_graph_scope || []).length ? f.cuda_graph_scope.join(",") : "none",
+  mbs: job.micro_batch_size};
+}
+
+// a Bridge YAML job's what-ifs are Hydra-style overrides of the Bridge fields (estimate takes no flags with a file)
+function bridgeOverrides(k, v) {
+  const list = (x) => "[" + String(x).split(",").join(",") + "]";
+  switch (k) {
+    case "recompute":
+      if (v === "none") return ["model.recompute_granularity=null"];
+      if (v === "full") return ["model.recompute_granularity=full", "model.recompute_method=uniform", "model.recompute_num_layers=1"];
+      return ["model.recompute_granularity=selective", "model.recompute_modules=" + list(v === "selective" ? "core_attn" : v)];
+    case "dispatcher":
+      return ["alltoall", "allgather"].includes(v) ? ["model.moe_token_dispatcher_type=" + v] :
+        ["model.moe_token_dispatcher_type=flex", "model.moe_flex_dispatcher_backend=" + v];
+    case "ep_overlap": return ["comm_overlap.overlap_moe_expert_parallel_comm=" + v];
+    case "delay_wgrad": return ["comm_overlap.delay_wgrad_compute=" + v];
+    case "cuda_graph_scope":
+      return v === "none" ? ["model.cuda_graph_impl=none"] : ["model.cuda_graph_impl=transformer_engine", "model.cuda_graph_scope=" + list(v)];
+    case "mbs": return ["train.micro_batch_size=" + v];
+  }
+  return [];
+}
+
+function setToggles(args, mode = "flags") {
   const note = [];
   state.toggleInit = {};
+  for (const k of TOGGLES) $("#w-" + k).disabled = mode === "megatron";
+  if (mode === "megatron") note.push("what-ifs need flags or a Bridge YAML: a Megatron-LM args file takes no overrides");
   for (const k of TOGGLES) {
     const input = $("#w-" + k);
     const v = args[k];
     if (input.type === "checkbox") {
-      const ok = estimateHas(k);
+      const ok = mode === "bridge" || (mode === "flags" && estimateHas(k));
       input.disabled = !ok;
       input.checked = ok && !!v;
       state.toggleInit[k] = input.checked;
-      if (!ok) note.push(`${k.replace("_", " ")} needs estimate --${k.replace("_", "-")}`);
+      if (!ok && mode === "flags") note.push(`${k.replace("_", " ")} needs estimate --${k.replace("_", "-")}`);
       continue;
     }
     let val = k === "recompute" ? normRecompute(v) : v === undefined || v === null ? (k === "mbs" ? "1" : k === "dispatcher" ? "alltoall" : "none") : String(v);
@@ -487,7 +525,8 @@ async function runWhatIf() {
     if (input.disabled) continue;
     const v = input.type === "checkbox" ? input.checked : input.value;
     if (v === state.toggleInit[k]) continue;  // unchanged: the candidate's own value stays
-    if (k === "mbs") a.mbs = Number(v);
+    if (state.modelKind === "bridge") a.overrides = [...(a.overrides || []), ...bridgeOverrides(k, v)];
+    else if (k === "mbs") a.mbs = Number(v);
     else if (k === "cuda_graph_scope" && v === "none" && a.cuda_graph_scope !== "none") delete a.cuda_graph_scope;
     else a[k] = v;
   }
@@ -634,7 +673,10 @@ async function main() {
   $("#logs-form").addEventListener("submit", runLogs);
   $("#trace-form").addEventListener("submit", runTrace);
   for (const k of TOGGLES) $("#w-" + k).addEventListener("change", runWhatIf);
-  $("#w-reset").addEventListener("click", () => { setToggles(state.baseArgs || {}); renderDelta(state.base, null);
+  $("#w-reset").addEventListener("click", () => {
+    const cfg = state.modelKind === "bridge" || state.modelKind === "megatron";
+    setToggles(cfg && state.base ? togglesFromJob(state.base.job || {}) : state.baseArgs || {}, cfg ? state.modelKind : "flags");
+    renderDelta(state.base, null);
     putSvg("chart-whatif-memory", ""); putSvg("chart-whatif-walls", ""); });
   try {
     const [, schema] = await Promise.all([loadCatalog(), fetch("/api/schema").then((r) => (r.ok ? r.json() : null)).catch(() => null)]);
