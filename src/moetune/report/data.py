@@ -23,6 +23,25 @@ def _num(x: Any) -> float | None:
     return float(x)
 
 
+def free_gib(memory: dict[str, Any]) -> float | None:
+    """HBM left free on the most loaded pipeline rank: capacity minus the largest per-rank device total (GiB).
+
+    (``memory.headroom_gib`` is the policy's required margin, the same for every candidate on one system.)"""
+    cap = _num(memory.get("capacity_gib"))
+    dev = []
+    for st in memory.get("stages") or []:
+        if not isinstance(st, dict):
+            continue
+        d = _num(st.get("device_gib"))
+        if d is None:  # older PLAN.json: the stage's peak, else the sum the memory chart stacks
+            d = _num(st.get("peak_gib"))
+        if d is None and isinstance(st.get("components"), dict):
+            d = sum(v for v in (_num(x) for x in st["components"].values()) if v is not None) or None
+        if d is not None:
+            dev.append(d)
+    return cap - max(dev) if cap is not None and dev else None
+
+
 def memory_stages(memory: dict[str, Any]) -> list[dict[str, Any]]:
     """[{stage, components: {name: GiB}}] from an estimate/plan ``memory`` section."""
     out = []

@@ -12,6 +12,8 @@ import html
 import math
 from typing import Any
 
+from moetune.report.data import free_gib
+
 PALETTE = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C", "#CCB974",
            "#64B5CD"]
 
@@ -256,18 +258,18 @@ def _scatter(name: str, pts: list[tuple[float, float, str, str]], *, title: str,
 
 
 def throughput_vs_headroom(cands: list[dict[str, Any]]) -> str | None:
-    """Each plan candidate's predicted tokens/s/GPU against its memory headroom (GiB)."""
+    """Each plan candidate's predicted tokens/s/GPU against the HBM it leaves free on its most loaded rank (GiB)."""
     pts = []
     for i, c in enumerate(cands):
         t, m = c.get("time") or {}, c.get("memory") or {}
-        y, x = t.get("tokens_per_s_per_gpu"), m.get("headroom_gib")
+        y, x = t.get("tokens_per_s_per_gpu"), free_gib(m)
         if isinstance(x, int | float) and isinstance(y, int | float):
             pts.append((float(x), float(y), f"#{c.get('index', i) + 1} {c.get('label', '')}".strip(),
                         PALETTE[3] if i == 0 else PALETTE[0]))
     if not pts:
         return None
-    return _scatter("throughput", pts, title="Candidates: throughput vs memory headroom",
-                    xlabel="memory headroom (GiB)", ylabel="predicted tokens/s/GPU")
+    return _scatter("throughput", pts, title="Candidates: throughput vs free HBM on the most loaded rank",
+                    xlabel="free HBM on the most loaded rank (GiB)", ylabel="predicted tokens/s/GPU")
 
 
 def predicted_vs_measured(rows: list[dict[str, Any]]) -> str | None:

@@ -1,7 +1,7 @@
 """Render a report as one self-contained HTML file (inline SVG charts from :mod:`moetune.report.plots`, the chart
 code the web page uses too; inline CSS) or as Markdown.
 
-Sections: contract, memory per stage (stacked bars), time per wall, candidates' throughput vs memory headroom,
+Sections: contract, memory per stage (stacked bars), time per wall, candidates' throughput vs free HBM,
 runs with acceptance and reasons, predicted vs measured, the A/B table, and the final evidence bundle the seeds list
 (config diff, versions, hardware, semantics label, proof of active features, steady step time and TFLOP/s, loss
 health, peak memory).
@@ -13,6 +13,7 @@ import html
 from typing import Any
 
 from moetune.report import plots
+from moetune.report.data import free_gib
 
 CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px}h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
@@ -126,9 +127,9 @@ def render_html(data: dict[str, Any]) -> str:
             t, m = c.get("time") or {}, c.get("memory") or {}
             rows.append([str(c.get("index")), c.get("label", ""), _f(t.get("step_time_s")),
                          _f(t.get("tokens_per_s_per_gpu")), _f(m.get("peak_gib", m.get("peak_allocated_gib"))),
-                         _f(m.get("headroom_gib"))])
+                         _f(free_gib(m))])
         parts.append("<h2>Candidates</h2>" + _table(["#", "layout", "step s", "tokens/s/GPU", "peak GiB",
-                                                      "headroom GiB"], rows))
+                                                      "free GiB (most loaded rank)"], rows))
     if res:
         rows = []
         for r in res["runs"]:
@@ -184,9 +185,9 @@ def render_markdown(data: dict[str, Any]) -> str:
         table(["wall", "seconds"], sorted(data["walls"].items(), key=lambda kv: -kv[1]))
     if data.get("plan_candidates"):
         out += ["## Candidates", ""]
-        table(["#", "layout", "step s", "tokens/s/GPU", "headroom GiB"],
+        table(["#", "layout", "step s", "tokens/s/GPU", "free GiB (most loaded rank)"],
               [[c.get("index"), c.get("label", ""), (c.get("time") or {}).get("step_time_s"),
-                (c.get("time") or {}).get("tokens_per_s_per_gpu"), (c.get("memory") or {}).get("headroom_gib")]
+                (c.get("time") or {}).get("tokens_per_s_per_gpu"), free_gib(c.get("memory") or {})]
                for c in data["plan_candidates"][:20]])
     res = data.get("results")
     if res:

@@ -193,6 +193,12 @@ function wallSeconds(time) {
   return out;
 }
 
+// HBM left free on the most loaded rank (memory.headroom_gib is the policy's required margin, not this)
+function freeGib(m) {
+  const dev = (m.stages || []).map((s) => s.device_gib).filter((x) => typeof x === "number");
+  return typeof m.capacity_gib === "number" && dev.length ? m.capacity_gib - Math.max(...dev) : null;
+}
+
 function renderVerdict(plan) {
   const c = plan.candidates[0], t = c.time, m = c.memory;
   const ws = wallSeconds(t), total = Object.values(ws).reduce((a, b) => a + b, 0) || 1;
@@ -206,9 +212,10 @@ function renderVerdict(plan) {
   const dom = t.dominant_wall;
   const group = Object.entries(WALL_GROUPS).find(([, ks]) => ks.includes(dom));
   const walls = el("div", {class: "walls3", id: "three-walls"});
-  const memWall = el("div", {class: "wall" + (m.fits === false || (m.headroom_gib !== undefined && m.headroom_gib < 4) ? " tight" : "")},
+  const free = freeGib(m);
+  const memWall = el("div", {class: "wall" + (m.fits === false || (free !== null && free < 2 * (m.headroom_gib || 2)) ? " tight" : "")},
     el("b", {text: "memory wall"}), el("span", {class: "v", text: `${fmt(binding.device_gib)} / ${fmt(m.capacity_gib)} GiB`}),
-    el("div", {text: `PP${binding.pp_rank ?? m.binding_stage} binds; ${fmt(m.headroom_gib)} GiB headroom` +
+    el("div", {text: `PP${binding.pp_rank ?? m.binding_stage} binds; ${fmt(free)} GiB free (policy keeps ${fmt(m.headroom_gib)})` +
       (m.fits === false ? " — does NOT fit" : "")}));
   walls.append(memWall);
   for (const [name, keys] of Object.entries(WALL_GROUPS)) {
@@ -254,7 +261,7 @@ function renderPlan(plan) {
   const tb = $("#candidates");
   const anyBand = plan.candidates.some((c) => interval(c.time));
   tb.replaceChildren(el("tr", {}, ...["#", "layout", "features", anyBand ? "step s [band]" : "step s", "tokens/s/GPU",
-    "TFLOP/s/GPU", "MFU", "device GiB / HBM", "headroom GiB", "dominant wall", "near-duplicates"].map((h) => el("th", {text: h}))));
+    "TFLOP/s/GPU", "MFU", "device GiB / HBM", "free GiB", "dominant wall", "near-duplicates"].map((h) => el("th", {text: h}))));
   planGroups(plan).forEach((g, gi) => {
     const i = g.members[0] - 1, c = plan.candidates[i];
     const t = c.time, m = c.memory, st = (m.stages || [])[m.binding_stage || 0] || {};
@@ -268,7 +275,7 @@ function renderPlan(plan) {
       el("td", {class: "n", text: fmt(t.tokens_per_s_per_gpu)}), el("td", {class: "n", text: fmt(t.model_tflops_per_gpu)}),
       el("td", {class: "n", text: pct((t.mfu || {}).vs_bf16_peak)}),
       el("td", {class: "n", text: `${fmt(st.device_gib)} / ${fmt(m.capacity_gib)}`}),
-      el("td", {class: "n", text: fmt(m.headroom_gib)}), el("td", {text: t.dominant_wall || "–"}),
+      el("td", {class: "n", text: fmt(freeGib(m))}), el("td", {text: t.dominant_wall || "–"}),
       el("td", {class: "hint", text: dup})));
   });
   $("#results").hidden = false;
@@ -371,7 +378,7 @@ function summary(est) {
   const binding = (m.stages || [])[m.binding_stage || 0] || {};
   return {"step time (s)": t.step_time_s, "tokens/s/GPU": t.tokens_per_s_per_gpu, "TFLOP/s/GPU": t.model_tflops_per_gpu,
     "peak allocated (GiB)": m.peak_allocated_gib, "device GiB, binding rank": binding.device_gib,
-    "headroom (GiB)": m.headroom_gib, fits: m.fits, "dominant wall": t.dominant_wall};
+    "free HBM, binding rank (GiB)": freeGib(m), fits: m.fits, "dominant wall": t.dominant_wall};
 }
 
 async function openEstimate(args) {
@@ -439,7 +446,7 @@ function renderDelta(base, what) {
   const box = $("#whatif-delta");
   const b = summary(base), w = what ? summary(what) : null;
   const t = el("table", {class: "grid", id: "delta-table"}, el("tr", {}, ...["", "this candidate", "what-if", "delta"].map((h) => el("th", {text: h}))));
-  const lowerBetter = {"step time (s)": 1, "peak allocated (GiB)": 1, "device GiB, binding rank": 1};
+  const lowerBetter = {"step time (s)": 1, "peak allocated (GiB)": 1, "device GiB, binding rank": 1};  // free HBM: higher
   for (const [k, v] of Object.entries(b)) {
     const x = w ? w[k] : null;
     let d = "", cls = "";
