@@ -452,3 +452,20 @@ def test_random_flag_combinations_never_crash(options, junk):
         assert "\n" not in str(e)
     else:
         assert cfg["frontend"] == "megatron-lm" and len(cfg["_megatron_ignored"]) == len(set(cfg["_megatron_ignored"]))
+
+
+def test_uneven_pipeline_flags_reach_the_job():
+    """--decoder-first/last-pipeline-num-layers and --account-for-*-in-pipeline-split are the Job's pipeline fields
+    (TransformerConfig num_layers_in_first/last_pipeline_stage, account_for_*; arguments.py validate_args)."""
+    base = BASE.replace("--num-layers 4", "--num-layers 31") + " --pipeline-model-parallel-size 4"
+    lay = job_from_config(read_megatron_args(f"{base} --decoder-first-pipeline-num-layers 7 "
+                                             "--decoder-last-pipeline-num-layers 8"), gpus=8).layout
+    assert (lay.num_layers_in_first_pipeline_stage, lay.num_layers_in_last_pipeline_stage) == (7, 8)
+    base30 = base.replace("--num-layers 31", "--num-layers 30")
+    lay = job_from_config(read_megatron_args(f"{base30} --account-for-embedding-in-pipeline-split "
+                                             "--account-for-loss-in-pipeline-split"), gpus=8).layout
+    assert lay.account_for_embedding_in_pipeline_split and lay.account_for_loss_in_pipeline_split
+    # validate_args counts the embedding and loss as layers for --num-layers-per-virtual-pipeline-stage too
+    m = read_megatron_args(f"{base30} --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+                           "--num-layers-per-virtual-pipeline-stage 2")["model"]
+    assert m["virtual_pipeline_model_parallel_size"] == 4  # (30 + 2) / 4 / 2
