@@ -248,6 +248,10 @@ def test_served_page_shows_the_cli_plan_charts_and_whatif(tmp_path):
         assert b.js("document.querySelectorAll('#launch button.copy').length") >= 4
         assert "#SBATCH" in b.js("document.querySelector('#launch-slurm').textContent")
 
+        # the itemised estimate is the candidate's own job: its reproduce line gives the plan's numbers
+        if cli_best.get("reproduce"):
+            assert b.js("document.querySelector('#reproduces').textContent").startswith("estimate reproduces")
+            assert b.js("document.querySelector('#w-ep_overlap').disabled") is False
         # a what-if toggle re-estimates: full recompute changes step time and memory
         base_step = b.js("document.querySelector('#delta-table tr[data-metric=\"step time (s)\"] td.base')"
                          ".textContent")

@@ -248,7 +248,9 @@ def _scatter(name: str, pts: list[tuple[float, float, str, str]], *, title: str,
         out.append(f"<circle class='pt' cx='{px(vx):.1f}' cy='{py(vy):.1f}' r='4.5' fill='{colour}' "
                    f"data-x='{x:.6g}' data-y='{y:.6g}'><title>{_e(label)}: {_fmt(x)}, {_fmt(y)}</title></circle>")
     for (_x, _y, label, _c), vx, vy in list(zip(pts, xs, ys, strict=True))[:12]:
-        out.append(f"<text x='{px(vx) + 6:.1f}' y='{py(vy) - 5:.1f}' font-size='9'>{_e(label)}</text>")
+        right = px(vx) > left + 0.6 * pw  # labels of points on the right run leftwards, inside the plot
+        out.append(f"<text x='{px(vx) + (-6 if right else 6):.1f}' y='{py(vy) - 5:.1f}' font-size='9'"
+                   f"{' text-anchor=' + chr(39) + 'end' + chr(39) if right else ''}>{_e(label)}</text>")
     out.append(f"<line x1='{left}' x2='{left}' y1='{top}' y2='{top + ph}' stroke='#888'/>"
                f"<line x1='{left}' x2='{left + pw}' y1='{top + ph}' y2='{top + ph}' stroke='#888'/>"
                f"<text x='{left + pw / 2:.1f}' y='{h - 8}' text-anchor='middle'>{_e(xlabel)}</text>"
