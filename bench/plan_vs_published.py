@@ -81,7 +81,7 @@ def plan_rows(rows: list[dict], eff_for_row=None, tag: str = "") -> list[tuple]:
                 out.append((r, None, msg))
                 continue
             key, kw, pub = setup
-            eff_path = eff_for_row(r) if eff_for_row else None
+            eff_path = eff_for_row(r) if eff_for_row else old
             if eff_path:
                 os.environ["MOETUNE_EFFICIENCY"] = eff_path
             else:

@@ -101,3 +101,37 @@ def test_plan_groups_near_duplicates_and_ties():
         assert "within noise" in human.stdout and "beats #2" not in human.stdout
     if any(len(g["members"]) > 1 for g in groups):
         assert "near-duplicate" in human.stdout
+
+
+def test_sweep_runs_only_candidates_inside_the_band():
+    from moetune.sweep.phases import worth_running
+    from moetune.sweep.plan_input import Candidate
+
+    def cand(i, lo, hi):
+        return Candidate(index=i, layout={"tp": 1, "pp": 1, "cp": 1, "ep": 8}, mbs=1, features={},
+                         time={"step_time_s": (lo + hi) / 2, "band": {"lo_s": lo, "hi_s": hi}})
+
+    base, tie, slower, tie2 = cand(0, 1.0, 2.0), cand(1, 1.5, 3.0), cand(2, 2.5, 4.0), cand(3, 1.9, 3.5)
+    picked = worth_running(base, [tie, slower, tie2], 3)
+    assert [c.index for c, _ in picked] == [0, 1, 3]
+    assert "overlaps" in picked[1][1]
+    assert [c.index for c, _ in worth_running(base, [tie, slower, tie2], 1)] == [0, 1]
+    nob = Candidate(index=4, layout={"tp": 1}, mbs=1, features={})
+    assert [c.index for c, _ in worth_running(nob, [nob], 1)] == [4, 4]
+
+
+def test_compare_reports_whether_the_run_lands_in_the_predicted_band(tmp_path):
+    g = DATA / "megatron_golden" / "case_gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed"
+    est = run_cli("estimate", "--megatron-args", f"{g}_config.yaml", "--system", "DGX-H100", "--gpus", "8", "--json")
+    assert est.returncode == 0, est.stderr
+    pred = tmp_path / "pred.json"
+    pred.write_text(est.stdout)
+    r = run_cli("compare", f"{g}_golden.json", f"{g}_golden.json", "--predicted", str(pred), "--json")
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)["prediction"]
+    assert p["inside_band"] == (p["lo_s"] <= p["measured_s"] <= p["hi_s"])
+    assert p["step_time_s"] == json.loads(est.stdout)["time"]["step_time_s"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    r = run_cli("compare", f"{g}_golden.json", f"{g}_golden.json", "--predicted", str(bad))
+    assert r.returncode == 2 and "time.band" in r.stderr and "Traceback" not in r.stderr

@@ -139,6 +139,9 @@ def compare_cmd(
     window: Annotated[str | None, typer.Option("--window", help="Declared window for both runs")] = None,
     gpus: Annotated[int | None, typer.Option("--gpus", min=1, help="GPU count (to rank differences by the model)")]
     = None,
+    predicted: Annotated[str | None, typer.Option(
+        "--predicted", help="Prediction for B (JSON of `moetune estimate --json` or `moetune plan --json`): report "
+                            "whether B's measured step time lands inside the predicted band")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout")] = False,
 ) -> None:
     """Is B slower or faster than A, by how much, beyond noise, and which differences explain it."""
@@ -153,9 +156,25 @@ def compare_cmd(
     for r in (ra, rb):
         if not r.has_iterations:
             raise NoIterationsError(_no_iter_message(r))
+    pred = None
+    if predicted is not None:
+        from moetune.perfmodel.uncertainty import predicted_band_from_file
+
+        pred = predicted_band_from_file(predicted)
     c = compare_runs(ra, rb, window_a=wa, window_b=wb, gpus=gpus)
+    if pred is not None:
+        meas = c.b.get("median_s")
+        pred["measured_s"] = meas
+        pred["inside_band"] = meas is not None and pred["lo_s"] <= meas <= pred["hi_s"]
     if json_out:
-        print_json(c)
+        if pred is None:
+            print_json(c)
+        else:
+            import orjson
+
+            from moetune.output import to_json_bytes
+
+            print_json({**orjson.loads(to_json_bytes(c, indent=False)), "prediction": pred})
         return
     if not c.contract["ok"]:
         console.print("[bold red]contract broken:[/] " + "; ".join(c.contract["violations"]), markup=True,
@@ -172,6 +191,11 @@ def compare_cmd(
         eff = f" (predicted {e.predicted_effect_pct:+.1f}%)" if e.predicted_effect_pct is not None else ""
         console.print(f"  explanation: {e.field}{eff}: {e.note}", markup=False, soft_wrap=True)
     console.print(f"  ranking: {c.ranking}", markup=False, soft_wrap=True)
+    if pred is not None:
+        where = "inside" if pred["inside_band"] else "OUTSIDE"
+        console.print(f"  prediction: B measured {_fmt(pred['measured_s'])} s is {where} the predicted band "
+                      f"{pred['lo_s']:.3f}-{pred['hi_s']:.3f} s (predicted {pred['step_time_s']:.3f} s, "
+                      f"{pred['cls']})", markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -140,3 +140,29 @@ def band_for(model: Any, system: Any, step_s: float, table: dict[str, Any] | Non
     return Band(lo_s=step_s * math.exp(b["q_lo"]), hi_s=step_s * math.exp(b["q_hi"]),
                 coverage=float(doc["coverage"]), cls=key, runs=int(b.get("runs", 0)),
                 source=f"catalog/uncertainty.yaml ({prov.get('residuals', 'cross-validated residuals')})")
+
+
+def predicted_band_from_file(path: str | Path) -> dict[str, Any]:
+    """{step_time_s, lo_s, hi_s, coverage, cls, source} of a saved prediction: the JSON of ``moetune estimate
+    --json`` (``time``) or ``moetune plan --json`` (the first candidate's ``time``)."""
+    import orjson
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such prediction file (expected the JSON of `moetune estimate --json` or "
+                         "`moetune plan --json`)", field="predicted")
+    try:
+        doc = orjson.loads(p.read_bytes())
+    except orjson.JSONDecodeError:
+        raise InputError(f"{p}: not valid JSON (expected the output of `moetune estimate --json`)",
+                         field="predicted") from None
+    t = doc.get("time") if isinstance(doc, dict) else None
+    if t is None and isinstance(doc, dict) and isinstance(doc.get("candidates"), list) and doc["candidates"]:
+        t = doc["candidates"][0].get("time") if isinstance(doc["candidates"][0], dict) else None
+    band = t.get("band") if isinstance(t, dict) else None
+    if not isinstance(band, dict) or not all(isinstance(band.get(k), int | float) for k in ("lo_s", "hi_s")) \
+            or not isinstance(t.get("step_time_s"), int | float):
+        raise InputError(f"{p}: no time.step_time_s and time.band (expected the output of `moetune estimate --json` "
+                         "or `moetune plan --json`)", field="predicted")
+    return {"step_time_s": float(t["step_time_s"]), "lo_s": float(band["lo_s"]), "hi_s": float(band["hi_s"]),
+            "coverage": band.get("coverage"), "cls": band.get("cls"), "source": str(p)}

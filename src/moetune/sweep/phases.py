@@ -140,6 +140,34 @@ def _retune_variants(contract: Contract, base: dict[str, Any], model_info: dict[
     return out
 
 
+def _band(c: Candidate) -> tuple[float, float] | None:
+    b = c.time.get("band") if isinstance(c.time, dict) else None
+    if isinstance(b, dict) and isinstance(b.get("lo_s"), int | float) and isinstance(b.get("hi_s"), int | float):
+        return float(b["lo_s"]), float(b["hi_s"])
+    return None
+
+
+def worth_running(base: Candidate, alternatives: list[Candidate], n: int) -> list[tuple[Candidate, str]]:
+    """The base and up to ``n`` alternatives worth a real run, each with the reason.
+
+    An alternative is worth measuring when its prediction band (``time.band`` of ``moetune plan --json``,
+    :mod:`moetune.perfmodel.uncertainty`) overlaps the base's: the model cannot tell which is faster, only a run can.
+    One whose band lies wholly above the base's is predicted slower beyond the model's error and is not run. Plans
+    without bands keep the planner's order."""
+    out = [(base, "chosen candidate")]
+    bb = _band(base)
+    for a in alternatives:
+        if len(out) > n:
+            break
+        ab = _band(a)
+        if bb is None or ab is None:
+            out.append((a, "planner order (no prediction band in the plan)"))
+        elif ab[0] <= bb[1]:
+            out.append((a, f"prediction band {ab[0]:.2f}-{ab[1]:.2f} s overlaps the chosen one's "
+                           f"{bb[0]:.2f}-{bb[1]:.2f} s: only a run can rank them"))
+    return out
+
+
 def generate_runs(contract: Contract, base: Candidate, alternatives: list[Candidate],
                   model_info: dict[str, Any], *, scale_candidates: int = 3) -> list[RunSpec]:
     """All runs of the sweep, in phase order."""
@@ -160,11 +188,12 @@ def generate_runs(contract: Contract, base: Candidate, alternatives: list[Candid
     wmin = min_world_size(base.layout)
     runs.append(spec("fit-base", "fit", gpus=min(wmin, gpus), candidate_index=base.index,
                      notes=[f"minimal world size {wmin} = PP x max(TP x CP, EP x ETP); checks memory, not speed"]))
-    # scale: the planner's top candidates at the full world size
-    for c in [base] + [a for a in alternatives if a.index != base.index][: max(scale_candidates - 1, 0)]:
+    # scale: the planner's top candidates at the full world size - those the model cannot rank below the base
+    for c, why in worth_running(base, [a for a in alternatives if a.index != base.index],
+                                max(scale_candidates - 1, 0)):
         runs.append(spec(f"scale-c{c.index}", "scale", layout=dict(c.layout), mbs=c.mbs,
                          features={**feats, **{k: v for k, v in c.features.items() if k in feats}},
-                         candidate_index=c.index, predicted=c.predicted(), notes=[c.label]))
+                         candidate_index=c.index, predicted=c.predicted(), notes=[c.label, why]))
     # profile: the chosen layout under the profiler (profiled steps are excluded from timing)
     runs.append(spec("profile-base", "profile", profile=True, candidate_index=base.index, predicted=pred))
     # retune: a reference screen plus one-variable-changed candidates
