@@ -145,6 +145,7 @@ def main(argv=None) -> int:
     for s in skipped:
         print(f"  {s}")
 
+    release_inconsistencies(args.csv)
     card_checks(eff)
     golden_checks(eff)
     one_variable_checks(eff)
@@ -183,6 +184,42 @@ def bands_table(runs, meas, cvs, csv_path) -> dict:
     prov = {"residuals": "held-out " + "+".join(FOLD_LABEL[k] for k in cvs) + " folds of bench/steptime_accuracy.py",
             "data": f"{Path(csv_path).name}: {len(runs)} runs", "fit": "perfmodel.calibration.fit_runs per fold"}
     return build_table(classes, resid, provenance=prov)
+
+
+def release_inconsistencies(csv_path, ratio: float = 1.6) -> None:
+    """Outliers no step-time model can fit: the same published configuration (model, system, GPUs, GBS, sequence,
+    layout, MBS) measured in two releases with TFLOP/s/GPU differing by more than ``ratio`` (software regressions or
+    fixes between releases; precision-less rows included, as the layout fixes the run)."""
+    import csv
+
+    def num(x):
+        try:
+            return float((x or "").split("(")[0])
+        except ValueError:
+            return None
+
+    groups: dict[tuple, list[tuple[str, float, str]]] = {}
+    for r in csv.DictReader(open(csv_path)):
+        t = num(r["model_tflops_per_gpu"])
+        if t is None:
+            continue
+        key = (r["model"].split("(")[0].strip(), r["system"], r["num_gpus"], r["gbs"], r["seq_len"], r["tp"], r["pp"],
+               r["cp"], (r["vp"] or "").replace("n/a", "1"), r["ep"], r["mbs"])
+        groups.setdefault(key, []).append((r["release"], t, r["precision"]))
+    print(f"\n## Release-inconsistent configurations (same layout, TFLOP/s/GPU apart by > {ratio}x across releases)")
+    found = 0
+    for key, all_rows in sorted(groups.items()):
+        precs = {p.split("(")[0].strip() for _, _, p in all_rows if p} or {""}
+        for prec in sorted(precs):  # a row without a precision joins every precision of its layout
+            rows = [x for x in all_rows if not x[2] or x[2].split("(")[0].strip() == prec]
+            lo, hi = min(rows, key=lambda x: x[1]), max(rows, key=lambda x: x[1])
+            if hi[1] <= ratio * lo[1]:
+                continue
+            found += 1
+            print(f"{' '.join(key[:3])} TP{key[5]} PP{key[6]} VP{key[8]} EP{key[9]} MBS{key[10]}: " + ", ".join(
+                f"{rel} {t:.0f}{(' ' + p) if p else ''}" for rel, t, p in sorted(set(rows))))
+    if not found:
+        print("none")
 
 
 def golden_checks(eff) -> list[float]:
