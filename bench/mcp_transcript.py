@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
+from moetune import service
 from moetune.mcp.server import MoetuneMCP
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,8 +78,9 @@ STEPS: list[tuple[str, str, Any, Any]] = [
      lambda plan: {"recipe": plan["candidates"][0]["launch"]["recipe"],
                    "args": plan["candidates"][0]["launch"]["bridge_overrides"], "gpus": JOB["gpus"], "fix": True},
      _check_excerpt),
-    ("Confirm #1's memory per stage and time per wall", "estimate",
-     {**JOB, "ep": 8, "dispatcher": "alltoall", "expandable_segments": True, "explain": True}, _estimate_excerpt),
+    ("Confirm #1's memory per stage and time per wall (its `reproduce` line as estimate arguments)", "estimate",
+     lambda plan: {**service.args_from_argv("estimate", shlex.split(plan["candidates"][0]["reproduce"])[2:]),
+                   "explain": True}, _estimate_excerpt),
     ("Profile and retune: write the phased Slurm sweep (nothing submitted)", "sweep_init",
      {"from_plan": "plan.json", "out": "sweep-qwen3", "recipe": "qwen3_30b_a3b_pretrain_config"}, _sweep_excerpt),
 ]

@@ -70,8 +70,9 @@ Work through the three walls in order: memory first (it must fit), then communic
    Otherwise take candidate #1: its layout (TP, PP, VPP, CP, EP, ETP, DP, EDP, MBS), features (recompute,
    offload, dispatcher, EP overlap, CUDA graphs), memory (`memory`: binding stage, GiB of capacity) and time
    (`time`: step time, tokens/s/GPU, MFU, dominant wall). Quote `why` (what #1 gains over #2).
-2. Confirm. Call `estimate` with the same model/system/gpus/gbs/seq and candidate #1's tp, pp, vpp, cp, ep, etp,
-   mbs, dispatcher and recompute, with explain=true: the memory must fit with headroom; note what frees memory next.
+2. Confirm. Call `estimate` with the arguments of candidate #1's `reproduce` line (the estimate of exactly its
+   job: layout, features, recipe; flags with underscores) and explain=true: the memory must fit with headroom and
+   the step time equals the plan's; note what frees memory next.
    Call `check` with the Bridge overrides from candidate #1's `launch` (as args) or a config file, and fix=true.
 3. Scale. Compare candidates #1..#3 of the plan: is the gain of #1 larger than the model's uncertainty (a few %)?
    If two are close, keep both for the measured scale phase. Call `layout` for #1 to see which groups cross an
@@ -97,15 +98,17 @@ EP_OVERLAP = PromptSpec(
 (GBS {gbs}, sequence {seq}; config: {config}). Hide the token dispatch / combine all-to-all behind expert compute,
 correctness first, one step at a time.
 
-0. Baseline. `estimate` with model={model}, system={system}, gpus={gpus}, gbs={gbs}, seq={seq}, ep={ep},
+0. Baseline. `recipes` model={model} system={system} lists the Bridge perf recipes to start from (use one as
+   recipe=NAME in check/estimate). `estimate` with model={model}, system={system}, gpus={gpus}, gbs={gbs}, seq={seq}, ep={ep},
    dispatcher=alltoall (or bridge_config={config} when given): note step time and the exposed EP communication in
    `time`. If EP communication is small, overlap cannot gain much: say so.
 1. Plain EP overlap on the alltoall dispatcher. `check` the config with
    comm_overlap.overlap_moe_expert_parallel_comm=true, comm_overlap.delay_wgrad_compute=false and
    model.moe_shared_expert_overlap=false (as args overrides, with a recipe or config file). Resolve every error:
    EP overlap needs EP > 1, alltoall or flex dispatch, no full recompute, bf16/fp16, shared-expert overlap off,
-   VPP when PP > 1, at most one MTP layer, PyTorch >= 2.6 (pass torch= to check it). Then `plan` with
-   fix='ep={ep},dispatcher=alltoall' to see the predicted gain of overlap at this layout.
+   VPP when PP > 1, at most one MTP layer, PyTorch >= 2.6 (pass torch= to check it). Then `plan` twice with
+   fix='ep={ep},dispatcher=alltoall,ep_overlap=0' and fix='ep={ep},dispatcher=alltoall,ep_overlap=1': the
+   difference of the step times (and of time.walls.comm_ep) is the predicted gain of overlap at this layout.
 2. Delayed wgrad. Only after step 1 works: add comm_overlap.delay_wgrad_compute=true, `check` again (Transformer
    Engine >= 2.3; >= 2.7 with overlap_grad_reduce or gradient-accumulation fusion; CUDA-graph scopes limited).
 3. Flex dispatcher. Only on GPUs and fabrics that support it: `check` with model.moe_token_dispatcher_type=flex and
