@@ -172,6 +172,9 @@ class ModelArch(FrozenSpec):
             raise ValueError(f"{self.name}: mlp_pattern has unknown chars {sorted(bad)}; expected {sorted(MLPS)}")
         if "E" in self.mlp_pattern and not (self.num_moe_experts and self.moe_ffn_hidden_size):
             raise ValueError(f"{self.name}: MoE layers need num_moe_experts and moe_ffn_hidden_size")
+        if "E" in self.mlp_pattern and not 1 <= self.moe_router_topk <= self.num_moe_experts:
+            raise ValueError(f"{self.name}: moe_router_topk={self.moe_router_topk}: expected 1 to num_moe_experts="
+                             f"{self.num_moe_experts}")
         if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim and self.v_head_dim):
             raise ValueError(f"{self.name}: MLA needs kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim")
         self.__dict__["_moetune_checked"] = True
