@@ -133,6 +133,11 @@ def test_unpriced_layers_are_named_in_every_estimate(tmp_path, capsys):
     assert exc.value.code == 0
     out = json.loads(capsys.readouterr().out)
     assert any("Mamba-1" in a and "approximate" in a for a in out["assumptions"])
+    with pytest.raises(SystemExit) as exc:
+        main(["flops", "--model", str(p), "--seq", "4096", "--json"])
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("Mamba-1" in a and "approximate" in a for a in out["assumptions"])
 
 
 def test_standard_attention_models_have_no_approximation_note(shared_data):

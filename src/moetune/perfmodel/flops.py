@@ -237,6 +237,7 @@ def flops_per_token(model: ModelArch, seq_length: int, tp: int = 1, definition: 
             f"vocab {model.vocab_size} padded to {model.padded_vocab_size(tp)} (divisible by "
             f"{model.make_vocab_size_divisible_by} x TP={tp})",
             "router GEMM not counted (Bridge definition)",
+            *model.approximations,
         ),
     )
 
