@@ -32,7 +32,7 @@ from moetune.mcp.tools import SAVE_ARG, ToolSpec, available_tools
 DEFAULT_TIMEOUT_S = 300.0
 
 #: progress notifications are sent at most this often (s)
-PROGRESS_INTERVAL_S = 0.25
+PROGRESS_INTERVAL_S = 0.1
 
 INSTRUCTIONS = (
     "moetune plans, estimates, checks and diagnoses Mixture-of-Experts training on Megatron-Core / Megatron-Bridge. "
