@@ -3,7 +3,9 @@
 For every row of data/perf/mbridge_perf_calibration.csv whose model is in the catalog (table's own system,
 GPU count, precision label, GBS, MBS, sequence, TP/PP/CP/VP/EP; MoE rows force-balanced and dropless), prints the
 predicted vs published model TFLOP/s/GPU, the median and p90 absolute error per system, model and release, and the measured one-variable changes of docs/domain.md
-(EP overlap on Qwen3-30B-A3B 16×H100, TP 4→8 and `mlp` recompute on Llama-3-70B).
+(EP overlap on Qwen3-30B-A3B 16×H100, TP 4→8 and `mlp` recompute on Llama-3-70B), and the CLI path
+(:func:`cli_path`: every pretrain row typed as ``moetune estimate`` flags exactly as the table prints it, coverage
+and error next to the recipe path).
 
     python bench/steptime_accuracy.py [--csv FILE] [--refit] [--write-catalog] [--folds system,model,release] [--rows]
 
@@ -149,6 +151,7 @@ def main(argv=None) -> int:
     card_checks(eff)
     golden_checks(eff)
     one_variable_checks(eff)
+    cli_path(args.csv, {r.label: float(e) for r, e in zip(runs, err, strict=True)})
     t1 = time.perf_counter()
     for r in runs:
         estimate_time(r.job, eff)
@@ -363,6 +366,114 @@ def one_variable_checks(eff) -> None:
 def _check(name: str, measured: float, predicted: float, extra: str = "") -> None:
     ok = (measured > 0) == (predicted > 0) and abs(predicted - measured) <= 0.5 * abs(measured)
     print(f"{name:<58} {measured * 100:+8.1f}% {predicted * 100:+9.1f}% {'yes' if ok else 'NO':>4}{extra}")
+
+
+def _cell_value(value: str, alt: bool) -> str:
+    """A table cell as printed: '3986 (3546)' is two runs (the second in parentheses)."""
+    v = (value or "").strip()
+    if "(" in v:
+        head, _, tail = v.partition("(")
+        return (tail.rstrip(")").strip() if alt else head.strip()) or head.strip()
+    return v
+
+
+def cli_path_flags(row: dict, alt: bool) -> list[str]:
+    """A published pretrain row typed as ``moetune estimate`` flags exactly as the table prints it: the table's model
+    and system names, GPUs, batch, sequence, precision label, TP/PP/CP/VP/EP(/ETP) and the FSDP column; no recipe,
+    split or feature flag (the CLI picks the Bridge perf recipe's features and Megatron's pipeline split itself)."""
+    def val(col: str) -> str:
+        return _cell_value(row.get(col, ""), alt)
+
+    args = ["estimate", "--model", row["model"].strip(), "--system", row["system"].strip(), "--gpus", val("num_gpus"),
+            "--gbs", val("gbs"), "--mbs", val("mbs") or "1", "--seq", val("seq_len"),
+            "--precision", _cell_value(row["precision"], alt)]
+    for col, flag in (("tp", "--tp"), ("pp", "--pp"), ("cp", "--cp"), ("vp", "--vpp"), ("ep", "--ep"),
+                      ("etp", "--etp")):
+        v = val(col)
+        if v.lower() not in ("", "n/a", "na", "none", "-"):
+            args += [flag, str(int(float(v)))]
+    if val("fsdp").lower() in ("1", "yes", "true", "y"):
+        args.append("--fsdp")
+    return args
+
+
+def cli_path(csv_path: str, recipe_err: dict[str, float]) -> None:
+    """The CLI path next to the recipe path: every pretrain row of the published table typed as flags
+    (:func:`cli_path_flags`) and run through ``moetune estimate --json`` in-process (typer's CliRunner on the app),
+    model TFLOP/s/GPU from its step time with the row's release FLOPs definition (as the recipe path). Coverage =
+    rows the CLI estimates / pretrain rows whose model is in the catalog (target >= 98 %)."""
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from moetune.catalog.models import get_model
+    from moetune.cli import app
+    from moetune.errors import MoetuneError
+    from moetune.perfmodel.calibration import precision_variants
+    from moetune.perfmodel.flops import bridge_definition_for_release, flops_per_token
+
+    runner = CliRunner()
+    rows = list(csv.DictReader(open(csv_path, newline="")))
+    by_sys: dict[str, dict[str, list]] = defaultdict(lambda: {"n": [], "cli": [], "recipe": []})
+    failures: list[str] = []
+    for n, row in enumerate(rows, start=2):
+        if row.get("task", "pretrain").strip() != "pretrain":
+            continue
+        name = row["model"].strip()
+        try:
+            model = get_model(name)
+        except MoetuneError:
+            try:
+                model = get_model(name.split("(")[0].strip())
+            except MoetuneError:
+                continue  # model not in the catalog: outside the coverage target
+        desc = f"line {n}: {name} {row['system']} {row['num_gpus']} GPUs {row.get('release', '')}".strip()
+        for vi, plab in enumerate(precision_variants(row["precision"])):
+            sysname = row["system"].strip()
+            key = f"{desc} [{plab}]"
+            by_sys[sysname]["n"].append(key)
+            args = cli_path_flags(row, vi == 1)
+            res = runner.invoke(app, [*args, "--json"])
+            if res.exit_code != 0 or res.exception is not None:
+                failures.append(f"{key}: {res.exception or res.output.strip()[-200:]}")
+                continue
+            out = json.loads(res.stdout)
+            job, step = out["job"], out["time"]["step_time_s"]
+            try:
+                definition = bridge_definition_for_release(row.get("release", "").strip())
+            except (MoetuneError, ValueError):
+                definition = "current"
+            fpt = flops_per_token(model, job["seq_length"], job["layout"]["tp"], definition).total
+            pred = job["global_batch_size"] * job["seq_length"] / (step * job["gpus"]) * fpt / 1e12
+            pub = float(_cell_value(row["model_tflops_per_gpu"], vi == 1))
+            by_sys[sysname]["cli"].append(pct(pred, pub))
+            if key in recipe_err:
+                by_sys[sysname]["recipe"].append(recipe_err[key])
+    print("\n## CLI path: every pretrain row typed as `moetune estimate` flags exactly as the table prints it")
+    print("#  (model/system names, GPUs, GBS, MBS, seq, precision label, TP/PP/CP/VP/EP/ETP, FSDP column); "
+          "recipe path = build_published_job")
+    print(f"{'system':<12} {'rows':>5} {'CLI ok':>7} {'cover %':>8} {'CLI med %':>10} {'CLI p90 %':>10} "
+          f"{'recipe med %':>13} {'recipe p90 %':>13}")
+    tot_n = tot_ok = 0
+    all_cli: list[float] = []
+    all_rec: list[float] = []
+    for s in sorted(by_sys):
+        d = by_sys[s]
+        n_rows, ok = len(d["n"]), len(d["cli"])
+        tot_n, tot_ok = tot_n + n_rows, tot_ok + ok
+        all_cli += d["cli"]
+        all_rec += d["recipe"]
+        cm, c9, _ = summary(np.array(d["cli"])) if d["cli"] else (float("nan"),) * 3
+        rm, r9, _ = summary(np.array(d["recipe"])) if d["recipe"] else (float("nan"),) * 3
+        print(f"{s:<12} {n_rows:>5} {ok:>7} {100 * ok / max(n_rows, 1):8.1f} {cm:10.1f} {c9:10.1f} {rm:13.1f} "
+              f"{r9:13.1f}")
+    cm, c9, _ = summary(np.array(all_cli)) if all_cli else (float("nan"),) * 3
+    rm, r9, _ = summary(np.array(all_rec)) if all_rec else (float("nan"),) * 3
+    print(f"{'overall':<12} {tot_n:>5} {tot_ok:>7} {100 * tot_ok / max(tot_n, 1):8.1f} {cm:10.1f} {c9:10.1f} "
+          f"{rm:13.1f} {r9:13.1f}")
+    for f in failures:
+        print(f"  CLI path failed: {f}")
 
 
 if __name__ == "__main__":
