@@ -88,7 +88,9 @@ def register(app: typer.Typer) -> None:
         dispatchers: Annotated[str, typer.Option(help="Dispatchers to search: alltoall,deepep,hybridep,allgather")]
         = "alltoall,deepep,hybridep",
         max_recompute: Annotated[str, typer.Option(help="none | selective | full")] = "full",
-        min_headroom_gib: Annotated[float, typer.Option(help="GiB kept free on the most loaded rank.")] = 2.0,
+        min_headroom_gib: Annotated[float | None, typer.Option(
+            help="GiB kept free on the most loaded rank (default: estimate's policy, max(3 % of HBM, 2 GiB)).")
+        ] = None,
         top: Annotated[int, typer.Option(help="Candidates to report.")] = 5,
         no_offload: Annotated[bool, typer.Option("--no-offload", help="Never consider offloading.")] = False,
         json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
@@ -96,7 +98,7 @@ def register(app: typer.Typer) -> None:
         """Search layouts and features; rank what fits by predicted step time; emit a launchable config."""
         from moetune.catalog.models import get_model
         from moetune.catalog.systems import get_system
-        from moetune.plan.search import DISPATCHERS, PlanRequest, plan
+        from moetune.plan.search import DISPATCHERS, PlanRequest, plan, request_headroom
         from moetune.spec.features import parse_precision
 
         given = {"model": model, "system": system, "gpus": gpus, "gbs": gbs, "seq": seq, "precision": precision}
@@ -155,7 +157,8 @@ def register(app: typer.Typer) -> None:
                         "defaults_used": used_default,
                         "recipe": {p: st.recipe for p, st in res.starts.items()},
                         "starting_features": {p: list(st.notes) for p, st in res.starts.items()}},
-            "headroom_policy": f"reserved memory of the most loaded rank + {min_headroom_gib} GiB <= HBM capacity",
+            "headroom_policy": f"device memory (reserved + CUDA context, NCCL, DeepEP) of the most loaded rank + "
+                               f"{request_headroom(req):.2f} GiB <= HBM capacity (the policy of `moetune estimate`)",
             "candidates": items,
             "searched": res.searched, "feasible": res.feasible, "seconds": round(res.seconds, 3),
             "layouts": res.layouts, "pruned": {"memory_floor": res.pruned_memory, "compute_bound": res.pruned_bound,

@@ -574,6 +574,19 @@ def reserved_peaks(job: Job, order: Iterable[int] | None = None) -> Iterator[tup
     return _rank_memory(job, act_config(job), False, order)
 
 
+def device_peaks(job: Job, order: Iterable[int] | None = None) -> Iterator[tuple[float, float]]:
+    """(device GiB, peak allocated GiB) of the PP ranks in ``order``, lazily: the ``device_gib`` (reserved + CUDA
+    context, NCCL, DeepEP: what the headroom policy of :func:`estimate_memory` tests) and ``peak_allocated_gib`` of
+    its stages (same values, one implementation)."""
+    return _rank_memory(job, act_config(job), "device", order)
+
+
+def fits_capacity(device_gib: float, capacity_gib: float, headroom: float) -> bool:
+    """The headroom policy, one expression for ``estimate`` and ``plan``: the binding rank's device memory leaves at
+    least ``headroom`` GiB of HBM free (:func:`headroom_gib` by default)."""
+    return device_gib <= capacity_gib - headroom
+
+
 #: Features fields that only the activations read (not the model state, the schedule or the runtime tail): the
 #: per-job part of :func:`_rank_memory` is shared by jobs that differ only in these (the recompute ladder)
 ACTIVATION_ONLY_FEATURES = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
@@ -632,9 +645,9 @@ def _rank_static(job: Job) -> tuple:
     return out
 
 
-def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool, order: Iterable[int] | None = None) -> Iterator:
-    """Per PP rank in ``order`` (default: rank order): a :class:`StageMemory` (``detail``) or just
-    (reserved GiB, peak allocated GiB)."""
+def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None) -> Iterator:
+    """Per PP rank in ``order`` (default: rank order): a :class:`StageMemory` (``detail`` True) or just
+    (reserved GiB, peak allocated GiB) (False) or (device GiB, peak allocated GiB) (``"device"``)."""
     m, lay, f = job.model, job.layout, job.features
     stages, vocab_padded, ranks, tail_of = _rank_static(job)
     tail_totals = tail_of.totals
@@ -661,6 +674,9 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool, order: Iterable[int
         # the graph pool stays reserved while eager activations are allocated next to it
         pool_extra = max(0.0, best_graphed + eager_peak - dyn) / GIB
         reserved = peak + tail_gib["reserved"] + pool_extra
+        if detail == "device":
+            yield reserved + tail_gib["non_torch"], peak
+            continue
         if not detail:
             yield reserved, peak
             continue
@@ -690,7 +706,7 @@ def estimate_memory(job: Job) -> MemoryEstimate:
     out[binding].binding = True
     cap = job.system.gpu.hbm_gib
     head = headroom_gib(cap)
-    fits = out[binding].device_gib <= cap - head
+    fits = fits_capacity(out[binding].device_gib, cap, head)
     policy = (f"fits when reserved + non-PyTorch memory (CUDA context, NCCL, DeepEP) of the binding rank leaves "
               f">= {head:.1f} GiB free (max({const('headroom')['fraction']:.0%} of HBM, "
               f"{const('headroom')['min_gib']} GiB))")

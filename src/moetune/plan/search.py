@@ -51,7 +51,9 @@ class PlanRequest:
     fix: dict[str, Any] = field(default_factory=dict)
     dispatchers: tuple[str, ...] = ("alltoall", "deepep", "hybridep")
     max_recompute: str = "full"  # none | selective | full
-    min_headroom_gib: float = 2.0
+    #: GiB of HBM kept free on the binding rank; None = the policy of ``estimate`` (:func:`moetune.perfmodel.memory.
+    #: headroom_gib`: max(3 % of HBM, 2 GiB)), so plan and estimate give one verdict
+    min_headroom_gib: float | None = None
     top: int = 5
     allow_offload: bool = True
     explore_graphs: bool = True
@@ -68,6 +70,13 @@ class PlanRequest:
     #: model / system / precision when one exists, a recipe name, or ``"none"`` (library defaults); the search
     #: replaces the dimensions it searches and keeps the recipe's other settings
     recipe: str | None = None
+
+
+def request_headroom(req: PlanRequest) -> float:
+    """GiB the headroom policy keeps free for this request (``--min-headroom-gib`` or estimate's policy)."""
+    from moetune.perfmodel.memory import headroom_gib
+
+    return req.min_headroom_gib if req.min_headroom_gib is not None else headroom_gib(req.system.gpu.hbm_gib)
 
 
 @dataclass
@@ -266,19 +275,20 @@ def _job(req: PlanRequest, lp: LayoutPoint, features: Features) -> Job:
 
 
 def _fits(mem, capacity_gib: float, headroom: float) -> tuple[bool, float]:
-    """Headroom policy: the most-loaded rank's reserved memory + ``headroom`` GiB must fit in HBM.
+    """Headroom policy of ``estimate`` (:func:`moetune.perfmodel.memory.fits_capacity`): the most-loaded rank's device
+    memory (reserved + CUDA context, NCCL, DeepEP) leaves ``headroom`` GiB of HBM free.
 
-    Returns (fits, overflow GiB) where overflow = reserved + headroom - capacity.
+    Returns (fits, overflow GiB) where overflow = device + headroom - capacity.
     """
-    return _fits_peaks([(getattr(s, "reserved_gib", None), s.peak_allocated_gib) for s in mem.stages], capacity_gib,
-                       headroom)
+    return _fits_peaks([(s.device_gib, s.peak_allocated_gib) for s in mem.stages], capacity_gib, headroom)
 
 
-def _fits_peaks(peaks: list[tuple[float | None, float]], capacity_gib: float, headroom: float) -> tuple[bool, float]:
-    """:func:`_fits` from (reserved GiB, peak allocated GiB) per rank (:func:`moetune.perfmodel.memory.reserved_peaks`)."""
-    peak = max((r or p) for r, p in peaks)
-    over = peak + headroom - capacity_gib
-    return over <= 0, over
+def _fits_peaks(peaks: list[tuple[float, float]], capacity_gib: float, headroom: float) -> tuple[bool, float]:
+    """:func:`_fits` from (device GiB, peak allocated GiB) per rank (:func:`moetune.perfmodel.memory.device_peaks`)."""
+    from moetune.perfmodel.memory import fits_capacity
+
+    peak = max(d for d, _ in peaks)
+    return fits_capacity(peak, capacity_gib, headroom), peak + headroom - capacity_gib
 
 
 def plan(req: PlanRequest) -> PlanResult:
@@ -293,14 +303,14 @@ def plan(req: PlanRequest) -> PlanResult:
     dispatcher's EP time added to the variant floor) exceeds the k-th best is not retuned: none of its variants
     could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the counters
     differ); its full-recompute fit is still tested, so the closest misses are unchanged (``exact_ranking`` turns
-    this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.reserved_peaks`, stopping
+    this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`, stopping
     at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
     estimate_walls`), and the full memory / time estimates are built only for the candidates kept.
     """
     from moetune.perfmodel.memory import (
         TIME_ONLY_FEATURES,
+        device_peaks,
         estimate_memory,
-        reserved_peaks,
         weight_and_optimizer_bytes,
     )
     from moetune.perfmodel.step import _resolve_eff, estimate_time, estimate_walls
@@ -312,7 +322,7 @@ def plan(req: PlanRequest) -> PlanResult:
     t0 = time.perf_counter()
     part_i, part_n = req.partition
     capacity = req.system.gpu.hbm_gib
-    headroom = req.min_headroom_gib
+    headroom = request_headroom(req)
     limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
     rec_opts = _recompute_options(req.model, req.max_recompute,
                                   str(req.fix["recompute"]) if "recompute" in req.fix else None)
@@ -390,11 +400,11 @@ def plan(req: PlanRequest) -> PlanResult:
         return lp.key(), id(norm)
 
     def memory_of(lp: LayoutPoint, feats: Features) -> list:
-        """(reserved, peak allocated) GiB of every rank: what the overflow of a miss reads (memory.reserved_peaks)."""
+        """(device, peak allocated) GiB of every rank: what the overflow of a miss reads (memory.device_peaks)."""
         key = mem_key(lp, feats)
         got = mem_cache.get(key)
         if got is None:
-            got = mem_cache[key] = list(reserved_peaks(job_of(lp, feats)))
+            got = mem_cache[key] = list(device_peaks(job_of(lp, feats)))
         return got
 
     def fits(lp: LayoutPoint, feats: Features) -> bool:
@@ -409,7 +419,7 @@ def plan(req: PlanRequest) -> PlanResult:
             first = overflow_rank.get(lk, 0)
             order = [first, *(i for i in range(lp.pp) if i != first)]
             ok = True
-            for i, peaks in zip(order, reserved_peaks(job, order), strict=True):
+            for i, peaks in zip(order, device_peaks(job, order), strict=True):
                 if not _fits_peaks([peaks], capacity, headroom)[0]:
                     overflow_rank[lk] = i
                     ok = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from moetune.plan.search import request_headroom
 from moetune.plan.space import SpaceLimits, enumerate_layouts
 
 
@@ -35,15 +36,15 @@ def suggestions_for_impossible(res) -> dict[str, Any]:
         info["what_would_fit"].append("drop fsdp=1 from --fix, or pin pp=1 with it")
         return info
     info["summary"] = (f"{res.layouts} layouts enumerated; none fits {req.system.gpu.hbm_gib:.1f} GiB with "
-                       f"{req.min_headroom_gib} GiB headroom")
+                       f"{request_headroom(req):.1f} GiB headroom")
     from moetune.perfmodel.memory import estimate_memory
 
     for _over, job in res.closest[:3]:
         mem = estimate_memory(job)
-        peak = max((getattr(s, "reserved_gib", None) or s.peak_allocated_gib) for s in mem.stages)
+        peak = max(s.device_gib for s in mem.stages)
         info["closest"].append({"layout": job.layout.short() + f" MBS{job.micro_batch_size}",
                                 "peak_gib": round(peak, 2), "capacity_gib": req.system.gpu.hbm_gib,
-                                "over_gib": round(peak + req.min_headroom_gib - req.system.gpu.hbm_gib, 2)})
+                                "over_gib": round(peak + request_headroom(req) - req.system.gpu.hbm_gib, 2)})
     if req.max_recompute != "full":
         info["what_would_fit"].append("allow full recompute (--max-recompute full)")
     if not req.allow_offload:
