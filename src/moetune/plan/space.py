@@ -132,7 +132,8 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                                                          embedding_weight=0.0)
                             if layout_str is None and model.num_layers % stages:
                                 continue
-                    etps = sorted({1, tp}) if model.is_moe else [tp]
+                    # biased expert linears need ETP 1 (MOE-005; TransformerConfig.__post_init__)
+                    etps = ([1] if model.add_bias_linear else sorted({1, tp})) if model.is_moe else [tp]
                     for etp in _pick("etp", etps, fix):
                         for ep in _pick("ep", eps, fix):
                             if stage_world % (etp * ep):

@@ -37,6 +37,12 @@ def suggestions_for_impossible(res) -> dict[str, Any]:
         return info
     info["summary"] = (f"{res.layouts} layouts enumerated; none fits {req.system.gpu.hbm_gib:.1f} GiB with "
                        f"{request_headroom(req):.1f} GiB headroom")
+    rules = getattr(res, "rejected_rules", None) or {}
+    if rules:
+        info["rejected_by_checker"] = dict(rules)
+        info["summary"] = (f"{res.layouts} layouts enumerated; {res.rejected_by_check} fitting config(s) rejected by "
+                           "the checker (" + ", ".join(f"{k} x{v}" for k, v in sorted(rules.items())) +
+                           "; `moetune check` explains each)")
     from moetune.perfmodel.memory import estimate_memory
 
     for _over, job in res.closest[:3]:
