@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from conftest import DATA
 from moetune.catalog.models import get_model
 from moetune.errors import InputError
 from moetune.io.hf import model_from_hf_config, model_from_hf_dict
@@ -142,3 +143,13 @@ def test_unpriced_layers_are_named_in_every_estimate(tmp_path, capsys):
 
 def test_standard_attention_models_have_no_approximation_note(shared_data):
     assert model_from_hf_config(shared_data / "models" / "hf_deepseek-v3.json").approximations == ()
+
+
+def test_router_score_function_from_the_config_or_the_family():
+    """``scoring_func`` is read where the config writes it; Llama-4's router is a sigmoid (Llama4TextMoe), so a
+    top-1 Llama-4 HF config passes Megatron's top-1 rule (MOE-020 rejects top-1 softmax)."""
+    assert model_from_hf_config(DATA / "models" / "hf_deepseek-v3.json").moe_router_score_function == "sigmoid"
+    assert model_from_hf_config(DATA / "models" / "hf_deepseek-v2-lite-chat.json").moe_router_score_function == "softmax"
+    scout = model_from_hf_config(DATA / "models" / "hf_llama-4-scout-17b-16e-instruct.json")
+    assert scout.moe_router_topk == 1 and scout.moe_router_score_function == "sigmoid"
+    assert model_from_hf_config(DATA / "models" / "hf_mixtral-8x7b.json").moe_router_score_function == "softmax"

@@ -70,15 +70,23 @@ def gqa(c: Cfg, h: int, *, qk_norm: bool = False, full_width_norm: bool = False,
 def moe(c: Cfg, *, experts: str | tuple[str, ...] = ("num_experts", "num_local_experts", "n_routed_experts"),
         topk: str | tuple[str, ...] = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "moe_k"),
         width: str | tuple[str, ...] = "moe_intermediate_size", shared: int | None = None,
-        shared_gate: bool = False, expert_bias: bool = False) -> dict[str, Any]:
-    """Routed experts, top-k, per-expert width, shared expert(s) of total width ``shared``."""
+        shared_gate: bool = False, expert_bias: bool = False, score: str = "softmax") -> dict[str, Any]:
+    """Routed experts, top-k, per-expert width, shared expert(s) of total width ``shared``.
+
+    The router score function is the config's ``scoring_func`` when it has one (DeepSeek-V2/V3, Kimi-K2 write
+    ``softmax`` / ``sigmoid``), else ``score``: the function the family's transformers router applies (e.g.
+    ``Llama4TextMoe`` takes ``torch.sigmoid`` of the top-k logits), mapped to Megatron's ``moe_router_score_function``.
+    """
     e = c.int(experts, hi=MAX_EXPERTS)
+    func = c.raw("scoring_func", score)
+    if func not in ("softmax", "sigmoid"):
+        raise c.fail("scoring_func", func, "softmax or sigmoid")
     k = c.int(topk, hi=MAX_EXPERTS)
     topk_keys = (topk,) if isinstance(topk, str) else topk
     key = next((t for t in topk_keys if c.has(t)), topk_keys[0])
     return dict(num_moe_experts=e, moe_router_topk=k, moe_ffn_hidden_size=c.int(width),
                 moe_shared_expert_intermediate_size=shared or None, moe_shared_expert_gate=bool(shared) and shared_gate,
-                moe_router_enable_expert_bias=expert_bias, _topk_key=key)
+                moe_router_enable_expert_bias=expert_bias, moe_router_score_function=func, _topk_key=key)
 
 
 def mlp_pattern(c: Cfg, L: int, is_moe: Callable[[int], bool]) -> str:
@@ -290,7 +298,8 @@ def _llama4(c: Cfg) -> dict[str, Any]:
     else:  # Llama4TextConfig: moe_layers = range(step - 1, L, step)
         mlp = "".join("E" if (i + 1) % step == 0 else "D" for i in range(L))
     f_exp = c.int("intermediate_size")
-    kw.update(moe(c, experts=("num_local_experts", "num_experts"), width="intermediate_size", shared=f_exp))
+    kw.update(moe(c, experts=("num_local_experts", "num_experts"), width="intermediate_size", shared=f_exp,
+                  score="sigmoid"))
     kw.update(family="llama4", ffn_hidden_size=c.int("intermediate_size_mlp", f_exp), mixer_pattern="A" * L,
               mlp_pattern=mlp)
     return kw
