@@ -12,6 +12,7 @@ import pytest
 from moetune.io.overrides import apply_overrides
 from moetune.rules import Env, check_config, load_rules
 from moetune.rules.effective import normalize_input, resolve_mixed_precision
+from moetune.rules.values import NO_FIX_RULES
 
 BASE: dict = {
     "frontend": "bridge",
@@ -304,6 +305,22 @@ EXAMPLES: dict[str, tuple[dict, dict]] = {
     "MLM-017": ({**MLM, "model.moe_latent_size": -1}, {}),
     "MLM-018": ({**MLM, "model.tensor_parallel_num_weight_shards": 4, "model.fp8": "hybrid",
                  "model.fp8_recipe": "mxfp8"}, {}),
+    # impossible values (rules/values.py): each field set to a value no job can have
+    **{rid: ({path: bad}, {}) for rid, path, bad in (
+        ("VAL-001", "model.tensor_model_parallel_size", -4), ("VAL-002", "model.pipeline_model_parallel_size", 0),
+        ("VAL-003", "model.context_parallel_size", -1), ("VAL-004", "model.expert_model_parallel_size", 0),
+        ("VAL-005", "model.expert_tensor_parallel_size", -2),
+        ("VAL-006", "model.virtual_pipeline_model_parallel_size", 0), ("VAL-007", "model.num_layers", 0),
+        ("VAL-008", "model.hidden_size", -512), ("VAL-009", "model.ffn_hidden_size", -1),
+        ("VAL-010", "model.num_attention_heads", 0), ("VAL-011", "model.num_query_groups", -4),
+        ("VAL-012", "model.kv_channels", 0), ("VAL-013", "model.seq_length", -4096),
+        ("VAL-014", "model.num_moe_experts", 0), ("VAL-015", "model.moe_router_topk", 0),
+        ("VAL-016", "model.moe_ffn_hidden_size", -512), ("VAL-017", "model.vocab_size", 0),
+        ("VAL-018", "model.make_vocab_size_divisible_by", 0), ("VAL-019", "model.mtp_num_layers", -1),
+        ("VAL-020", "model.moe_shared_expert_intermediate_size", -1), ("VAL-021", "model.recompute_num_layers", 0),
+        ("VAL-022", "model.cpu_offloading_num_layers", -1), ("VAL-023", "train.micro_batch_size", 0),
+        ("VAL-024", "train.global_batch_size", -64), ("VAL-025", "ddp.num_distributed_optimizer_instances", 0),
+        ("VAL-026", "dataset.sequence_length", 0), ("VAL-027", "train.train_iters", -1))},
 }
 
 
@@ -349,6 +366,9 @@ def test_rule_triggers_and_fix_resolves(rule_id):
     assert hits, f"{rule_id} did not fire; errors: {sorted(_ids(res))}"
     f = hits[0]
     assert f.is_error, (f.severity, f.message)
+    if rule_id in NO_FIX_RULES:  # an impossible architecture / batch value: only the user knows the intent
+        assert f.fix is None and all(path in f.message for path in f.fields)
+        return
     assert f.fix, f"{rule_id} has no concrete fix"
     for path in f.fields:  # the message names every field it reads, with its value
         assert path in f.message

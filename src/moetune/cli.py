@@ -7,12 +7,13 @@ this file only wires them together and turns every user-facing error into one li
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
 import typer
 
-from moetune.errors import MoetuneError, one_line
+from moetune.errors import MoetuneError, one_line, validation_message
 from moetune.output import err_console
 
 # Newer typer vendors click as ``typer._click`` (its exceptions are not the ``click`` package's classes) and has
@@ -63,12 +64,36 @@ for _name in COMMAND_MODULES:
     _mod.register(app)
 
 
-@app.command("version")
-def version() -> None:
-    """Print the moetune version."""
+def _version_info() -> dict[str, str]:
+    import platform
+
     from moetune import __version__
 
-    print(__version__)
+    return {"moetune": __version__, "python": platform.python_version()}
+
+
+@app.command("version")
+def version(json_out: bool = typer.Option(False, "--json", help="Machine-readable output on stdout.")) -> None:
+    """Print the moetune version."""
+    info = _version_info()
+    if json_out:
+        from moetune.output import print_json
+
+        print_json(info)
+    else:
+        print(info["moetune"])
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(_version_info()["moetune"])
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version_flag: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                             help="Print the moetune version and exit.")) -> None:
+    """Plan, estimate, check and diagnose Mixture-of-Experts training on Megatron-Core / Megatron-Bridge."""
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -91,8 +116,16 @@ def user_error(exc: BaseException) -> tuple[str, int] | None:
         return one_line(exc.format_message()), 2
     if isinstance(exc, FileNotFoundError):
         return f"{exc.filename}: no such file", 2
-    if isinstance(exc, IsADirectoryError | PermissionError | UnicodeDecodeError):
-        return one_line(exc), 2
+    if isinstance(exc, IsADirectoryError):
+        return f"{exc.filename}: is a directory, expected a file", 2
+    if isinstance(exc, PermissionError):
+        return f"{exc.filename}: permission denied", 2
+    if isinstance(exc, UnicodeDecodeError):
+        return f"input is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})", 2
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return validation_message(exc), 2
     return None
 
 
@@ -104,10 +137,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
-    except Exception as exc:
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: no traceback reaches the user
         known = user_error(exc)
         if known is None:
-            raise
+            if os.environ.get("MOETUNE_DEBUG"):
+                raise
+            known = (f"internal error ({exc.__class__.__name__}: {one_line(exc)[:300]}); please report it "
+                     "(MOETUNE_DEBUG=1 shows the traceback)", 2)
         _fail(*known)
     sys.exit(rv if isinstance(rv, int) else 0)
 

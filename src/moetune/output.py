@@ -3,18 +3,41 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
+import os
 import sys
 from typing import Any
 
 import orjson
 from rich.console import Console
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+#: Width of tables when the output is not a terminal (a pipe, a file): every table fits in 100 columns.
+PIPE_WIDTH = 100
+
+
+def _width(stream: Any) -> int | None:
+    """Terminal: rich measures it. Pipe or file: ``$COLUMNS`` if set, else :data:`PIPE_WIDTH` (rich would use 80)."""
+    try:
+        if stream.isatty():
+            return None
+    except (AttributeError, ValueError):
+        pass
+    cols = os.environ.get("COLUMNS", "")
+    return int(cols) if cols.isdigit() and int(cols) > 0 else PIPE_WIDTH
+
+
+# soft_wrap: a line longer than the width is never broken by rich (copyable lines such as ``fix:``, overrides,
+# flags and reproduce commands stay one line in a pipe and in a terminal's copy buffer); tables still fit the width.
+console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 
 def _default(obj: Any) -> Any:
+    """orjson fallback: every result type serialises (``__json__`` protocol, pydantic, dataclasses, numpy, sets,
+    paths, enums); anything else is written as its ``str`` rather than failing the command."""
+    if hasattr(obj, "__json__"):
+        return obj.__json__()
     if hasattr(obj, "model_dump"):
         return obj.model_dump(mode="json")
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -22,8 +45,14 @@ def _default(obj: Any) -> Any:
     if hasattr(obj, "tolist"):  # numpy scalars and arrays
         return obj.tolist()
     if isinstance(obj, set | frozenset):
-        return sorted(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+        return sorted(obj, key=repr)
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, complex):
+        return str(obj)
+    return str(obj)
 
 
 def _sanitize(obj: Any) -> Any:
@@ -37,16 +66,37 @@ def _sanitize(obj: Any) -> Any:
     return obj
 
 
+def _plain(obj: Any) -> Any:
+    """Pure-Python twin of the orjson pass, for what orjson refuses (integers beyond 64 bits)."""
+    if isinstance(obj, dict):
+        return {str(k) if not isinstance(k, str | int | float | bool) else k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if obj is None or isinstance(obj, str | bool | float):
+        return obj
+    if isinstance(obj, int):
+        return obj if -(2**63) <= obj < 2**64 else float(obj)
+    return _plain(_default(obj))
+
+
 def to_json_bytes(obj: Any, *, indent: bool = True) -> bytes:
-    """Serialise ``obj`` (pydantic models, dataclasses, numpy values allowed) to JSON bytes."""
+    """Serialise ``obj`` (pydantic models, dataclasses, numpy values, any result type) to JSON bytes."""
     if hasattr(obj, "model_dump"):
         obj = obj.model_dump(mode="json")
-    obj = orjson.loads(orjson.dumps(obj, default=_default, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS))
-    opts = orjson.OPT_INDENT_2 if indent else 0
-    return orjson.dumps(_sanitize(obj), option=opts)
+    opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    try:
+        obj = orjson.loads(orjson.dumps(obj, default=_default, option=opts))
+    except orjson.JSONEncodeError:
+        obj = _plain(obj)
+    return orjson.dumps(_sanitize(obj), option=orjson.OPT_INDENT_2 if indent else 0)
 
 
 def print_json(obj: Any) -> None:
     """Write ``obj`` as JSON to stdout, followed by a newline."""
-    sys.stdout.buffer.write(to_json_bytes(obj) + b"\n")
+    data = to_json_bytes(obj) + b"\n"
+    buf = getattr(sys.stdout, "buffer", None)
+    if buf is not None:
+        buf.write(data)
+    else:  # stdout replaced by a text stream (in-process callers, tests)
+        sys.stdout.write(data.decode("utf-8"))
     sys.stdout.flush()

@@ -48,23 +48,46 @@ def list_models() -> list[ModelArch]:
     return [m for _, m in sorted(_catalog().items())]
 
 
-def get_model(name_or_path: str) -> ModelArch:
-    """A catalog model by name/alias, or a model read from a Hugging Face ``config.json`` path or a snapshot folder
-    holding one."""
-    from moetune.io.hf import model_from_hf_config  # local import: io depends on catalog, not vice versa
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except (OSError, ValueError):  # name too long, NUL byte
+        return False
 
-    path = Path(name_or_path).expanduser()
-    if name_or_path.lower().endswith(".json") or path.is_dir():
-        if not path.exists():
-            raise InputError(f"{name_or_path}: no such file (expected a Hugging Face config.json)", field="model",
-                             value=name_or_path, expected="an existing config.json")
-        return model_from_hf_config(path)
+
+def _looks_like_path(text: str) -> bool:
+    return text.lower().endswith(".json") or "/" in text or "\\" in text or _exists(Path(text).expanduser())
+
+
+def model_from_file(path: Path) -> ModelArch:
+    """A model from a JSON file or a Hugging Face snapshot folder holding ``config.json``: a moetune model file
+    (``ModelArch`` fields, as in ``catalog/models/``) or a Hugging Face ``config.json`` (one reader for both:
+    :func:`moetune.io.hf.read_config_json`)."""
+    from moetune.errors import validation_message
+    from moetune.io.hf import model_from_hf_dict, read_config_json, resolve_config_path
+
+    p = resolve_config_path(path)
+    data = read_config_json(p)
+    if "mixer_pattern" in data or "mlp_pattern" in data:  # moetune's own model format
+        try:
+            return ModelArch.model_validate(data)
+        except ValueError as e:
+            raise InputError(validation_message(e, str(p)), field="model") from None
+    return model_from_hf_dict(data, p)
+
+
+def get_model(name_or_path: str) -> ModelArch:
+    """A catalog model by name/alias, or a model read from a JSON file (moetune model JSON or Hugging Face
+    ``config.json``) or a snapshot folder holding one."""
     key = normalize_name(name_or_path)
     idx = _index()
-    if key not in idx:
-        if "/" in name_or_path or "\\" in name_or_path:
+    path = Path(name_or_path).expanduser()
+    if key in idx and not (name_or_path.lower().endswith(".json") or _exists(path)):
+        return _catalog()[idx[key]]
+    if _looks_like_path(name_or_path):
+        if not _exists(path):
             raise InputError(f"{name_or_path}: no such file or folder (expected a catalog model name, a Hugging Face "
-                             "config.json or a snapshot folder holding one)", field="model", value=name_or_path,
-                             expected="a catalog model, config.json or snapshot folder")
-        raise UnknownNameError("model", name_or_path, _catalog().keys())
-    return _catalog()[idx[key]]
+                             "config.json, a moetune model JSON or a snapshot folder holding one)", field="model",
+                             value=name_or_path, expected="a catalog model, config.json or snapshot folder")
+        return model_from_file(path)
+    raise UnknownNameError("model", name_or_path, _catalog().keys())

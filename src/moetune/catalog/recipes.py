@@ -167,3 +167,36 @@ def recipe_summary(name: str) -> dict[str, Any]:
             "arch_known": not meta["arch_unknown"], "layout": layout,
             "gbs": train.get("global_batch_size"), "mbs": train.get("micro_batch_size"), "seq": m.get("seq_length"),
             "features": features}
+
+
+@lru_cache(maxsize=1)
+def bridge_recipe_names() -> frozenset[str]:
+    """Every recipe function name Megatron-Bridge knows: its library recipes (``bridge_recipe_names.json``, the
+    public ``*_config`` functions under ``src/megatron/bridge/recipes/`` at the recorded commit) and the embedded
+    perf recipes (``recipes.json``)."""
+    lib = json.loads(resources.files("moetune.catalog").joinpath("bridge_recipe_names.json").read_text())["recipes"]
+    return frozenset(lib) | {r["name"] for r in _data()["recipes"]}
+
+
+_TASKS = ("_pretrain", "_finetune", "_sft", "_peft")
+
+
+def _stem(name: str) -> str | None:
+    """Model stem of a conventional recipe name: ``qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config`` -> qwen3_30b_a3b."""
+    cut = [name.find(t) for t in _TASKS if name.find(t) > 0]
+    return name[:min(cut)] if cut else None
+
+
+def check_recipe_name(name: str) -> str:
+    """``name`` if Megatron-Bridge has such a recipe function, else :class:`UnknownNameError` with the closest.
+
+    Accepted: a known library or perf recipe, or a conventional ``<model>_<task>..._config`` name whose model stem
+    Bridge has recipes for (older Bridge releases named them ``qwen3_30b_a3b_pretrain_config``)."""
+    key = name.strip().removesuffix("()")
+    known = bridge_recipe_names()
+    if key in known or f"{key}_config" in known:
+        return key
+    stem = _stem(key)
+    if key.endswith("_config") and stem and stem in {_stem(k) for k in known}:
+        return key
+    raise UnknownNameError("recipe", name, known)

@@ -81,14 +81,25 @@ def _clean(d: Any) -> Any:
     return d
 
 
+def _sizes(m: dict[str, Any]) -> str:
+    """``TP2 PP4 VPP2 CP1 EP8 ETP1``; VPP only when set; a value that is not a positive integer as ``TP=-4``."""
+    out = []
+    for tag, key in (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size"),
+                     ("VPP", "virtual_pipeline_model_parallel_size"), ("CP", "context_parallel_size"),
+                     ("EP", "expert_model_parallel_size"), ("ETP", "expert_tensor_parallel_size")):
+        v = m.get(key)
+        if v is None and tag == "VPP":
+            continue
+        out.append(f"{tag}{v}" if isinstance(v, int) and not isinstance(v, bool) and v > 0 else f"{tag}={v!r}")
+    return " ".join(out)
+
+
 def _render(out: dict[str, Any]) -> None:
     res = out["_result"]
     groups = res.by_severity()
     m = res.effective.get("model", {})
-    console.print(f"[bold]effective[/]: TP{m.get('tensor_model_parallel_size')} PP{m.get('pipeline_model_parallel_size')}"
-                  f" VPP{m.get('virtual_pipeline_model_parallel_size')} CP{m.get('context_parallel_size')}"
-                  f" EP{m.get('expert_model_parallel_size')} ETP{m.get('expert_tensor_parallel_size')}"
-                  f" dispatcher={m.get('moe_token_dispatcher_type')} ({res.effective.get('frontend')})")
+    console.print(f"[bold]effective[/]: {_sizes(m)} dispatcher={m.get('moe_token_dispatcher_type')}"
+                  f" ({res.effective.get('frontend')})")
     for note in res.notes:
         console.print(f"  [dim]rewrite {note}[/]")
     for sev, items in groups.items():

@@ -117,6 +117,12 @@ def run_estimate(fl, *, megatron_args: str | None = None, bridge_config: str | N
 
     job = load_job(fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides or [])
     validate_job(job)
+    from moetune.errors import InputError
+    from moetune.rules.precision import precision_unsupported
+
+    bad_precision = precision_unsupported(job.features.precision, job.system.gpu.name)
+    if bad_precision:  # fail before any estimate (PRC-008), as plan does
+        raise InputError(f"{job.system.name}: {bad_precision}", field="precision", value=job.features.precision)
     est = estimate_memory(job)
     suggestions = explain_memory(job, est) if explain else None
     tim, render_time = _time_section(job, efficiency)

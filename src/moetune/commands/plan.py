@@ -121,6 +121,10 @@ def register(app: typer.Typer) -> None:
         for k in ("gpus", "gbs", "seq"):
             if int(vals[k]) < 1:
                 raise InputError.bad_value(f"--{k}", vals[k], "a positive integer")
+        if not 0.0 <= min_headroom_gib < 1e6:  # also rejects nan
+            raise InputError.bad_value("--min-headroom-gib", min_headroom_gib, "a non-negative number of GiB")
+        if top < 1:
+            raise InputError.bad_value("--top", top, "a positive number of candidates")
         fixd = _parse_fix(fix)
         precs = tuple(dict.fromkeys(parse_precision(p) for p in str(vals["precision"]).split(",") if p.strip()))
         if "precision" in fixd:
@@ -129,6 +133,12 @@ def register(app: typer.Typer) -> None:
             d = str(fixd.pop("dispatcher")).lower()
             disp = ("deepep" if d == "flex" else d,)
         model_arch, system_obj = get_model(str(vals["model"])), get_system(str(vals["system"]))
+        from moetune.rules.precision import precision_unsupported
+
+        for p in precs:  # fail before any search (PRC-008), not after it with "none fits"
+            bad_precision = precision_unsupported(p, system_obj.gpu.name)
+            if bad_precision:
+                raise InputError(f"{system_obj.name}: {bad_precision}", field="precision", value=p)
         if len(used_default) == len(given):
             err_console.print(
                 "Planning the embedded default: DeepSeek-V3 on 256 x DGX-H100, GBS 4096, sequence 4096, BF16 "

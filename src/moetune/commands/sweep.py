@@ -62,6 +62,10 @@ def init_cmd(
         entry = "pretrain_gpt"
     elif entry not in ("run_recipe", "run_script"):
         raise InputError.bad_value("--entry", entry, "run_recipe or run_script for megatron-bridge")
+    if recipe is not None:
+        from moetune.catalog.recipes import check_recipe_name
+
+        recipe = check_recipe_name(recipe)
     if profiler not in ("nsys", "torch"):
         raise InputError.bad_value("--profiler", profiler, "nsys or torch")
     launcher = {"framework": framework, "entry": entry, "recipe": recipe, "model_family": model_family,

@@ -166,8 +166,11 @@ _REASONS = (
 )
 
 
-def steady_window(rec: RunRecord, window: tuple[int, int] | None = None) -> Window:
-    """Select the steady samples of ``rec`` (module docstring). Vectorised: linear in the number of rows."""
+def steady_window(rec: RunRecord, window: tuple[int, int] | None = None, *, strict: bool = True) -> Window:
+    """Select the steady samples of ``rec`` (module docstring). Vectorised: linear in the number of rows.
+
+    A declared ``window`` that holds no iteration of the log is an :class:`InputError` unless ``strict`` is False
+    (``sweep collect`` judges runs that stopped before their window as not reaching it)."""
     tab = rec.iterations
     n = len(tab)
     it = tab.col("iteration")
@@ -186,6 +189,11 @@ def steady_window(rec: RunRecord, window: tuple[int, int] | None = None) -> Wind
 
     if window is not None:
         keep &= (it >= window[0]) & (it <= window[1])
+        if strict and n and not keep.any():
+            lo, hi = int(np.nanmin(it)), int(np.nanmax(it))
+            raise InputError(f"{rec.path}: --window {window[0]}-{window[1]} is outside the log (it has iterations "
+                             f"{lo}-{hi}); expected FIRST-LAST within {lo}-{hi}", field="window",
+                             value=f"{window[0]}-{window[1]}", expected=f"iterations within {lo}-{hi}")
     drop(~np.isfinite(t), 0)
     if window is None and n:
         interval = log_interval(rec)
@@ -419,11 +427,11 @@ def model_tflops(rec: RunRecord, tokens_per_s_per_gpu: float, gpus: int) -> tupl
 
 
 def summarize_run(rec: RunRecord, window: tuple[int, int] | str | None = None, *, gpus: int | None = None,
-                  seq_length: int | None = None) -> RunSummary:
-    """Summarise one run over its steady window (declared ``window`` or detected)."""
+                  seq_length: int | None = None, strict_window: bool = True) -> RunSummary:
+    """Summarise one run over its steady window (declared ``window`` or detected; see :func:`steady_window`)."""
     if isinstance(window, str):
         window = parse_window(window)
-    w = steady_window(rec, window)
+    w = steady_window(rec, window, strict=strict_window)
     tab = rec.iterations
     notes: list[str] = []
     fields = contract_fields(rec)

@@ -137,11 +137,12 @@ def load_efficiency(path: str | Path | None = None) -> Efficiency:
     """The shipped parameters, or a user file written by ``moetune calibrate`` (missing names keep defaults)."""
     if path is None:
         return default_efficiency()
+    from moetune.io.files import read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: no such efficiency file", field="efficiency")
+    text = read_text(p, "an efficiency YAML (from moetune calibrate)")
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{p}: not valid YAML ({exc.__class__.__name__})", field="efficiency") from None
     return _parse(data, str(p))
@@ -345,6 +346,28 @@ def _int(value: str, field_name: str, default: int | None = None, *, alt: bool =
         raise InputError.bad_value(field_name, value, "an integer or n/a") from None
 
 
+#: CSV size columns that must be positive when given (counts of GPUs, sequences, tokens, ranks)
+POSITIVE_COLUMNS = ("num_gpus", "gbs", "mbs", "seq_len", "tp", "pp", "cp", "vp", "ep", "etp")
+
+
+def _check_row_values(path: Path, line: int, row: dict) -> None:
+    """Impossible values are errors, not skipped rows: non-positive sizes, non-finite or non-positive TFLOP/s."""
+    for col in (*POSITIVE_COLUMNS, "model_tflops_per_gpu"):
+        cell = row.get(col)
+        if not isinstance(cell, str):
+            continue
+        for alt in (False, True):
+            v = _first(cell, alt)
+            try:
+                x = float(v)
+            except ValueError:
+                continue  # non-numeric cells (n/a, text) are judged per row below
+            if not math.isfinite(x) or x <= 0 or (col != "model_tflops_per_gpu" and not x.is_integer()):
+                what = "a positive number" if col == "model_tflops_per_gpu" else "a positive integer"
+                raise InputError(f"{path}: line {line}: {col}={cell.strip()!r}: expected {what}", field=col,
+                                 value=cell, expected=what)
+
+
 def precision_variants(label: str) -> list[str]:
     """Precision labels of a table cell: 'FP8-CS (FP8-MX)' -> ['FP8-CS', 'FP8-MX'] (the table's two runs)."""
     lab = (label or "").strip()
@@ -368,16 +391,24 @@ def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> t
     from moetune.errors import UnknownNameError
     from moetune.spec.features import parse_precision
 
+    import io
+
+    from moetune.io.files import read_text
+
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: no such file", field="csv")
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
+    text = read_text(p, "a measured-runs CSV (columns of mbridge_perf_calibration.csv)")
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
         missing = [c for c in REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise InputError(f"{p}: missing column(s) {', '.join(missing)}; expected the columns of "
                              "mbridge_perf_calibration.csv", field="csv")
         rows = list(reader)
+    except csv.Error as exc:  # e.g. a field over csv.field_size_limit(), a NUL byte
+        raise InputError(f"{p}: line {reader.line_num + 1}: malformed CSV ({exc}); expected one run per line",
+                         field="csv") from None
+    for n, row in enumerate(rows, start=2):
+        _check_row_values(p, n, row)
     runs: list[MeasuredRun] = []
     skipped: list[str] = []
     for n, row in enumerate(rows, start=2):
@@ -414,6 +445,10 @@ def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> t
             except InputError as exc:
                 skipped.append(f"{desc} [{plab}]: {exc}")
                 continue
+            except ValueError as exc:  # the Job's own validation (pydantic): an impossible row is an error
+                from moetune.errors import validation_message
+
+                raise InputError(f"{p}: line {n}: {validation_message(exc)}", field="csv") from None
             lay = job.layout
             if job.gpus % (lay.tp * lay.cp * lay.pp) or job.gpus % (lay.expert_tp * lay.ep * lay.pp):
                 skipped.append(f"{desc} [{plab}]: layout {lay.short()} PP{lay.pp} does not divide {job.gpus} GPUs")

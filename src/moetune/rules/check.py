@@ -9,7 +9,7 @@ from moetune.io.overrides import apply_overrides
 from moetune.rules.effective import effective_config, normalize_input
 from moetune.rules.engine import REGISTRY, CheckResult, Ctx, Env, Finding, Rule, evaluate
 
-AREA_MODULES = ("parallel", "topology", "moe", "overlap", "recompute", "cudagraph", "precision", "offload", "fsdp",
+AREA_MODULES = ("values", "parallel", "topology", "moe", "overlap", "recompute", "cudagraph", "precision", "offload", "fsdp",
                 "mlm")
 _loaded = False
 

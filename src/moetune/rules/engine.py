@@ -25,7 +25,7 @@ LIB_SEVERITIES = ("error", "error(rt)", "error(env)", "warning", "info")
 SEVERITIES = ("error", "error-at-build", "error-at-first-step", "depends-on-environment", "warning", "info")
 ERROR_SEVERITIES = ("error", "error-at-build", "error-at-first-step")
 AREAS = ("parallel", "topology", "moe", "overlap", "recompute", "cuda_graphs", "precision", "offload", "fsdp",
-         "mlm", "guidance")
+         "mlm", "guidance", "values")
 
 
 class UnknownTruth(TypeError):
@@ -41,6 +41,10 @@ class _Unknown:
 
     def __repr__(self) -> str:
         return "UNKNOWN"
+
+    def __json__(self) -> None:
+        """JSON: unknown without the environment -> null (``moetune.output`` serialiser protocol)."""
+        return None
 
     def __bool__(self) -> bool:
         raise UnknownTruth("unknown environment value")

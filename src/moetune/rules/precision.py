@@ -26,20 +26,52 @@ def _te_min(recipe: str | None) -> str | None:
         recipe or "")
 
 
+def recipe_rejected(recipe: str, cc: tuple[int, int]) -> bool:
+    """TE ``check_recipe_support``: does a GPU of compute capability ``cc`` lack this FP8/FP4 recipe?
+
+    delayed / tensorwise need sm_89+; blockwise sm_90 up to (not incl.) sm_120; mxfp8 sm_100..sm_11x; nvfp4 sm_100+.
+    (Blockwise on sm_100 is accepted by newer TE only: PRC-008w warns.)"""
+    if recipe in ("delayed", "tensorwise"):
+        return cc < (8, 9)
+    if recipe == "blockwise":
+        return cc < (9, 0) or cc[0] >= 12
+    if recipe == "mxfp8":
+        return not ((10, 0) <= cc < (12, 0))
+    if recipe == "nvfp4":
+        return cc < (10, 0)
+    return False
+
+
 def _gpu_rejects(c: Ctx):
-    """TE check_recipe_support: compute-capability gates per recipe."""
+    """TE check_recipe_support: compute-capability gates per recipe (:func:`recipe_rejected`)."""
     r = _recipe(c)
     if r is None:
         return False
-    if r in ("delayed", "tensorwise"):
-        return c.gpu_is(lambda cc, n: cc < (8, 9))
-    if r == "blockwise":
-        return c.gpu_is(lambda cc, n: cc < (9, 0) or cc[0] >= 12)
-    if r == "mxfp8":
-        return c.gpu_is(lambda cc, n: not ((10, 0) <= cc < (12, 0)))
-    if r == "nvfp4":
-        return c.gpu_is(lambda cc, n: cc < (10, 0))
-    return False
+    return c.gpu_is(lambda cc, n: recipe_rejected(r, cc))
+
+
+#: canonical moetune precision (``spec.features.Precision``) -> TE recipe name checked by PRC-008
+PRECISION_RECIPE = {"fp8_delayed": "delayed", "fp8_cs": "tensorwise", "fp8_blockwise": "blockwise",
+                    "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
+
+
+def precision_unsupported(precision: str, gpu_name: str) -> str | None:
+    """PRC-008 before any work: why ``precision`` cannot run on ``gpu_name`` (a catalog GPU / system name), or None.
+
+    The planner and the estimator call this at their entrance, so FP8 on A100 or NVFP4 on H100 fails at once with
+    the same verdict ``moetune check`` gives (one gate: :func:`recipe_rejected`)."""
+    from moetune.rules.engine import GPU_CC, gpu_key
+
+    recipe = PRECISION_RECIPE.get(precision)
+    key = gpu_key(gpu_name)
+    if recipe is None or key not in GPU_CC:
+        return None
+    cc, device = GPU_CC[key]
+    if not recipe_rejected(recipe, cc):
+        return None
+    ok = [p for p, r in PRECISION_RECIPE.items() if not recipe_rejected(r, cc)]
+    return (f"precision={precision}: {device} (sm_{cc[0]}{cc[1]}) has no {recipe} support "
+            f"(PRC-008, TE check_recipe_support); expected one of bf16, fp16{''.join(', ' + p for p in ok)}")
 
 
 def _suggest_recipe(c: Ctx) -> dict:

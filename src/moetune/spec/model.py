@@ -177,8 +177,37 @@ class ModelArch(FrozenSpec):
                              f"{self.num_moe_experts}")
         if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim and self.v_head_dim):
             raise ValueError(f"{self.name}: MLA needs kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim")
+        self._check_sizes()
         self.__dict__["_moetune_checked"] = True
         return self
+
+    def _check_sizes(self) -> None:
+        """Impossible sizes Megatron-Core would reject or divide by: every optional width / count positive,
+        top-k within the experts (``TransformerConfig.__post_init__``: ``moe_router_topk`` <= ``num_moe_experts``),
+        group-limited routing within the groups, shared-expert width non-negative."""
+        for f in ("num_query_groups", "kv_channels", "num_moe_experts", "moe_ffn_hidden_size", "window_size",
+                  "moe_router_num_groups", "moe_router_group_topk", "moe_latent_size", "q_lora_rank", "kv_lora_rank",
+                  "qk_head_dim", "v_head_dim", "linear_key_head_dim", "linear_value_head_dim",
+                  "make_vocab_size_divisible_by"):
+            v = getattr(self, f, None)
+            if v is not None and v < 1:
+                raise ValueError(f"{self.name}: {f}={v}: expected a positive integer")
+        for f in ("moe_shared_expert_intermediate_size", "qk_pos_emb_head_dim"):
+            v = getattr(self, f, None)
+            if v is not None and v < 0:
+                raise ValueError(f"{self.name}: {f}={v}: expected a non-negative integer")
+        if self.moe_router_topk < 1:
+            raise ValueError(f"{self.name}: moe_router_topk={self.moe_router_topk}: expected a positive integer")
+        if self.num_moe_experts and self.moe_router_topk > self.num_moe_experts:
+            raise ValueError(f"{self.name}: moe_router_topk={self.moe_router_topk}: expected at most "
+                             f"num_moe_experts={self.num_moe_experts} (a token cannot use more experts than exist)")
+        if self.num_query_groups and self.num_attention_heads % self.num_query_groups:
+            raise ValueError(f"{self.name}: num_query_groups={self.num_query_groups}: expected a divisor of "
+                             f"num_attention_heads={self.num_attention_heads}")
+        if self.moe_router_group_topk and self.moe_router_num_groups and \
+                self.moe_router_group_topk > self.moe_router_num_groups:
+            raise ValueError(f"{self.name}: moe_router_group_topk={self.moe_router_group_topk}: expected at most "
+                             f"moe_router_num_groups={self.moe_router_num_groups}")
 
     # --- derived ----------------------------------------------------------------------------------------
     @property

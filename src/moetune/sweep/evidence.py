@@ -103,7 +103,7 @@ def read_log_evidence(path: Path, window: tuple[int, int], *, gpus: int | None =
                                                                                          dict):
         rec.config["train.global_batch_size"] = global_batch_size
         notes.append(f"global batch size {global_batch_size} from the launch (the log does not print it)")
-    summ = as_dict(summarize_run(rec, window=window, gpus=gpus, seq_length=seq_length))
+    summ = as_dict(summarize_run(rec, window=window, gpus=gpus, seq_length=seq_length, strict_window=False))
     it = getattr(rec, "iterations", None)
     iters = it.col("iteration") if it is not None and len(it) else np.zeros(0)
     gbs = it.col("gbs") if it is not None and len(it) else np.zeros(0)
