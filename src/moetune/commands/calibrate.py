@@ -49,6 +49,10 @@ def register(app: typer.Typer) -> None:
         )
 
         base = load_efficiency(efficiency)
+        if out is not None:
+            from moetune.io.files import check_writable
+
+            check_writable([out])  # fail before the fit, not after it
         names = None
         if params:
             names = [p.strip() for p in params.split(",") if p.strip()]

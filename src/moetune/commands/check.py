@@ -48,6 +48,10 @@ def run_check(*, config_file: str | None = None, recipe: str | None = None, mega
     cfg = load_input(config_file, recipe, megatron_args)
     meta = cfg.get("_meta") or {}
     if overrides:
+        if cfg.get("frontend", "bridge") == "bridge":
+            from moetune.io.bridge import check_override_fields
+
+            check_override_fields(overrides)  # model.no_such_field=1: Bridge rejects it, so do we
         cfg = apply_overrides(cfg, overrides)
     if gpus is not None and gpus < 1:
         raise InputError.bad_value("--gpus", gpus, "a positive integer")

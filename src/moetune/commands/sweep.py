@@ -136,9 +136,12 @@ def collect_cmd(directory: Annotated[Path, typer.Argument()],
         print_json(res)
         return
     for r in res["runs"]:
-        mark = "[green]accepted[/]" if r["accepted"] else "[red]rejected[/]"
+        mark = ("[dim]pending [/]" if r.get("status") == "pending" else
+                "[green]accepted[/]" if r["accepted"] else "[red]rejected[/]")
         st = f"{r['step_time_s']:.4g} s" if r.get("step_time_s") else "-"
         console.print(f"  {r['run']:<40} {mark} {st:>10}  {'; '.join(r['reasons'])}", soft_wrap=True)
+    if res.get("pending"):
+        console.print(f"{res['pending']} run(s) pending (not run yet): `moetune sweep submit {directory}`")
     for w in res["winners"]:
         console.print(f"winner {w['phase']}: {w.get('run') or '-'} ({w.get('reason', '')})")
     console.print(f"calibration rows: {res['calibration_csv']}")
@@ -164,12 +167,18 @@ def report_cmd(
         else:
             console.print(text, markup=False, highlight=False, soft_wrap=True)
         return
-    if html_out is not None:
-        html_out.write_text(render_html(data))
-        written["html"] = str(html_out)
-    if md_out is not None:
-        md_out.write_text(render_markdown(data))
-        written["md"] = str(md_out)
+    from moetune.io.files import check_writable, write_atomic
+
+    targets = [p for p in (html_out, md_out) if p is not None]
+    check_writable(targets)  # every target checked before anything is written
+    if html_out is not None and md_out is not None and html_out.resolve() == md_out.resolve():
+        raise InputError.bad_value("--md", str(md_out), "a different file than --html")
+    rendered = {"html": render_html(data) if html_out is not None else None,
+                "md": render_markdown(data) if md_out is not None else None}
+    for kind, path in (("html", html_out), ("md", md_out)):
+        if path is not None:
+            write_atomic(path, rendered[kind])
+            written[kind] = str(path)
     if json_out:
         print_json({"written": written, "kind": data["kind"]})
     else:

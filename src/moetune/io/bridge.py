@@ -9,7 +9,11 @@ with ``frontend: 'bridge'``. Hydra-style overrides (``a.b=c``) are applied last.
 
 from __future__ import annotations
 
+import difflib
+import json
 from collections.abc import Iterable
+from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,62 @@ def clean_node(node: Any) -> Any:
     return node
 
 
+@cache
+def known_fields() -> dict[str, frozenset[str]]:
+    """Field names of each ConfigContainer section: ``catalog/bridge_fields.json`` (the dataclass fields, written by
+    ``bench/extract_bridge_fields.py`` from Megatron-Bridge and Megatron-LM sources) plus every field an embedded
+    Bridge perf recipe assigns (``recipes.json``: recipes set a few provider attributes that are not dataclass
+    fields). Sections absent here (``env_vars``, ``peft``, ...) are free-form."""
+    doc = json.loads(resources.files("moetune.catalog").joinpath("bridge_fields.json").read_text())
+    out = {sec: set(names) for sec, names in doc["sections"].items() if len(names) > 1}
+    recipes = json.loads(resources.files("moetune.catalog").joinpath("recipes.json").read_text())
+    for sec, blocks in recipes["blocks"].items():
+        if sec in out:
+            for block in blocks:
+                if isinstance(block, dict):
+                    out[sec].update(block)
+    return {sec: frozenset(names) for sec, names in out.items()}
+
+
+def unknown_field(cfg: dict, overrides: dict[str, str] | None = None, name: str = "config") -> None:
+    """:class:`InputError` for the first field no ConfigContainer section has (Bridge rejects it too), naming the
+    file or the override that set it and the closest known fields. ``overrides`` maps ``section.field`` -> the
+    override text; keys starting with ``_`` are moetune's own and pass; ``+``-prefixed overrides (Hydra "add")
+    were already left out by the caller."""
+    known = known_fields()
+    for sec, node in cfg.items():
+        if sec not in known or not isinstance(node, dict):
+            continue
+        for key in node:
+            if not isinstance(key, str):
+                raise InputError(f"{name}: {sec}.{key!r}: field names must be strings", field=f"{sec}.{key}")
+            if key.startswith("_") or key in known[sec]:
+                continue
+            close = difflib.get_close_matches(key, sorted(known[sec]), n=3, cutoff=0.5)
+            hint = f"; closest: {', '.join(f'{sec}.{c}' for c in close)}" if close else ""
+            path = f"{sec}.{key}"
+            where = f"override {overrides[path]!r}" if overrides and path in overrides else name
+            raise InputError(f"{where}: unknown field {path} (not a field of ConfigContainer.{sec}){hint}",
+                             field=path, value=key, expected=f"a field of ConfigContainer.{sec}")
+
+
+def check_override_fields(overrides: Iterable[str], name: str = "override") -> None:
+    """Reject overrides of fields that do not exist (``model.no_such_field=1``) with the closest field; Hydra
+    ``+key=value`` (explicitly adding a key) and ``~key`` deletions are exempt."""
+    from moetune.io.overrides import parse_override
+
+    probe: dict[str, dict] = {}
+    texts: dict[str, str] = {}
+    for text in overrides:
+        key, _, op = parse_override(text)
+        if op != "set" or "." not in key:
+            continue
+        sec, field = key.split(".", 1)
+        probe.setdefault(sec, {})[field.split(".")[0]] = None
+        texts[f"{sec}.{field.split('.')[0]}"] = text
+    unknown_field(probe, texts, name)
+
+
 def load_bridge_dict(text: str, name: str = "config") -> dict:
     try:
         doc = yaml.load(text, Loader=_Loader)  # noqa: S506 - restricted SafeLoader subclass
@@ -77,7 +137,10 @@ def load_bridge_dict(text: str, name: str = "config") -> dict:
     if not isinstance(cfg["model"], dict):
         raise InputError.bad_value(f"{name}: model", cfg["model"], "a mapping of model fields")
     for k in unknown:
-        raise InputError(f"{name}: unknown ConfigContainer section {k!r}; expected one of {', '.join(SECTIONS[:12])}, ...")
+        close = difflib.get_close_matches(str(k), SECTIONS, n=1, cutoff=0.6)
+        hint = f"closest: {close[0]}" if close else f"expected one of {', '.join(SECTIONS[:12])}, ..."
+        raise InputError(f"{name}: unknown ConfigContainer section {k!r}; {hint}", field=str(k))
+    unknown_field(cfg, None, name)
     cfg["frontend"] = "bridge"
     return cfg
 
@@ -86,13 +149,9 @@ def read_bridge_config(path: str | Path | None, overrides: Iterable[str] | None 
                        base: dict | None = None) -> dict:
     """ConfigContainer YAML at ``path`` (or ``base`` dict) with Hydra-style ``overrides`` -> nested dict."""
     if path is not None:
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
-        except OSError as e:
-            raise InputError(f"{path}: cannot read ({e.strerror})") from None
+        from moetune.io.files import read_text
+
+        text = read_text(path, "a Megatron-Bridge ConfigContainer YAML")
         cfg = load_bridge_dict(text, str(path))
     elif base is not None:
         cfg = dict(base)
@@ -100,6 +159,7 @@ def read_bridge_config(path: str | Path | None, overrides: Iterable[str] | None 
     else:
         cfg = {"frontend": "bridge", "model": {}}
     if overrides:
+        check_override_fields(list(overrides))
         cfg = apply_overrides(cfg, list(overrides))
         for k in cfg:
             if k not in SECTIONS and k not in ("frontend", "_meta"):

@@ -162,7 +162,9 @@ _HEADER = """\
 
 def save_efficiency(eff: Efficiency, path: str | Path) -> None:
     """Write ``eff`` in the catalog format (readable by :func:`load_efficiency`)."""
-    Path(path).write_text(_HEADER + yaml.safe_dump(eff.to_yaml_dict(), sort_keys=False, width=120))
+    from moetune.io.files import write_atomic
+
+    write_atomic(path, _HEADER + yaml.safe_dump(eff.to_yaml_dict(), sort_keys=False, width=120))
 
 
 # --------------------------------------------------------------------------------------------------------------

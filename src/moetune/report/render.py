@@ -19,7 +19,7 @@ CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;mar
 h1{font-size:22px}h2{font-size:17px;border-bottom:1px solid #ddd;padding-bottom:3px;margin-top:28px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 6px;
 text-align:left;vertical-align:top}th{background:#f3f3f3}.ok{color:#1a7f37;font-weight:600}
-.bad{color:#c62828;font-weight:600}.warn{color:#9a6700}.plots{display:flex;flex-wrap:wrap;gap:16px}
+.bad{color:#c62828;font-weight:600}.pending{color:#666}.warn{color:#9a6700}.plots{display:flex;flex-wrap:wrap;gap:16px}
 .plot{border:1px solid #eee;padding:6px}.plot svg{max-width:560px;height:auto}code{font-size:11px}"""
 
 
@@ -62,8 +62,10 @@ def figures(data: dict[str, Any]) -> list[tuple[str, str]]:
     return [(t, s) for t, s in figs if s]
 
 
-def _status(ok: bool) -> str:
-    return '<span class="ok">accepted</span>' if ok else '<span class="bad">rejected</span>'
+def _status(run: dict[str, Any]) -> str:
+    if run.get("status") == "pending":
+        return '<span class="pending">pending</span>'
+    return '<span class="ok">accepted</span>' if run["accepted"] else '<span class="bad">rejected</span>'
 
 
 def evidence_bundle(res: dict[str, Any]) -> dict[str, Any] | None:
@@ -135,7 +137,7 @@ def render_html(data: dict[str, Any]) -> str:
         for r in res["runs"]:
             reasons = "; ".join(r["reasons"]) or ("unverified: " + "; ".join(r["unverified"]) if r["unverified"]
                                                   else "")
-            rows.append([_e(r["run"]), _e(r["phase"]), _e(r.get("variable") or ""), _status(r["accepted"]),
+            rows.append([_e(r["run"]), _e(r["phase"]), _e(r.get("variable") or ""), _status(r),
                          _e(_f(r.get("step_time_s"))), _e(_f((r.get("predicted") or {}).get("step_time_s"))),
                          _e(_f(r.get("tflops_per_gpu"))), _e(reasons)])
         parts.append("<h2>Runs and acceptance</h2>" + _table(
@@ -193,7 +195,7 @@ def render_markdown(data: dict[str, Any]) -> str:
     if res:
         out += ["## Runs and acceptance", ""]
         table(["run", "phase", "status", "measured step s", "predicted step s", "reasons"],
-              [[r["run"], r["phase"], "accepted" if r["accepted"] else "REJECTED", r.get("step_time_s"),
+              [[r["run"], r["phase"], "pending" if r.get("status") == "pending" else "accepted" if r["accepted"] else "REJECTED", r.get("step_time_s"),
                 (r.get("predicted") or {}).get("step_time_s"), "; ".join(r["reasons"])] for r in res["runs"]])
         out += ["## A/B table", ""]
         table(["A", "B", "variable", "verdict", "delta %", "reason"],

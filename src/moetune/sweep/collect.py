@@ -18,6 +18,7 @@ Outputs: ``collect/results.json``, ``collect/runs.csv`` (every run, predicted vs
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -87,6 +88,33 @@ def _dispatcher_check(intended: str, log: dict | None, trace: dict | None, trace
         return _check("dispatcher_active", PASS, f"{intended}: no flex-backend kernels, as intended",
                       backends=trace["backends"])
     return _check("dispatcher_active", UNVERIFIED, f"intended {intended}: no trace for this run")
+
+
+def _jobs(d: Path) -> dict[str, str]:
+    p = d / "jobs.json"
+    try:
+        data = json.loads(p.read_text()) if p.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _submitted(d: Path, name: str) -> bool:
+    return name in _jobs(d)
+
+
+def _not_run_yet(d: Path, name: str) -> bool:
+    """No job id in ``jobs.json`` (never submitted), or a job Slurm still lists as pending/running."""
+    job = _jobs(d).get(name)
+    if job is None:
+        return True
+    try:
+        from moetune.sweep.status import FINAL_STATES, job_states
+
+        state = job_states([job]).get(job, {}).get("state")
+    except Exception:  # noqa: BLE001 - no Slurm client here: judge by the output alone
+        return False
+    return state is not None and state not in FINAL_STATES and state != "UNKNOWN"
 
 
 def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: dict) -> dict[str, Any]:
@@ -207,6 +235,13 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
     res["accepted"] = all(c["status"] != FAIL for c in checks) and any(
         c["check"] == "log_present" and c["status"] == PASS for c in checks)
     res["reasons"] = [c["reason"] for c in checks if c["status"] == FAIL]
+    # a run with no output that was never submitted (or whose job has not finished) is pending, not rejected
+    res["status"] = "accepted" if res["accepted"] else "rejected"
+    other_failures = [c for c in checks if c["status"] == FAIL and c["check"] not in ("log_present", "dispatcher_active")]
+    if not logs and not traces and not other_failures and _not_run_yet(d, man["name"]):
+        res["status"] = "pending"
+        res["reasons"] = ["not run yet (no log; " + ("not submitted)" if not _submitted(d, man["name"])
+                                                     else "job not finished)")]
     res["unverified"] = [c["reason"] for c in checks if c["status"] == UNVERIFIED]
     res["_record"] = log["record"] if log else None
     return res
@@ -325,7 +360,7 @@ def _calibration_rows(results: list[dict], contract, sweep: dict) -> list[dict[s
             "model_tflops_per_gpu": _fmt(r.get("tflops_per_gpu")),
             "source_file": f"sweep:{sweep['name']}/{r['run']}", "fsdp": "", "ga": "",
             "model_family": sweep.get("model_info", {}).get("name", contract.model), "is_moe": "yes",
-            "notes": contract.semantics.label, "status": "accepted" if r["accepted"] else "rejected",
+            "notes": contract.semantics.label, "status": r.get("status") or ("accepted" if r["accepted"] else "rejected"),
             "run": r["run"], "phase": r["phase"], "variable": r.get("variable") or "",
             "accepted": r["accepted"], "reasons": " | ".join(r["reasons"]),
             "dispatcher": r["intended"].get("dispatcher", ""),
@@ -379,7 +414,9 @@ def _regenerate_validate(d: Path, sweep: dict, contract, winners: list[dict], by
 
         entry = next(r for r in sweep["runs"] if r["name"] == "validate-winner")
         sweep["runs"].append({**entry, "name": name, "dir": f"runs/{name}", "depends": {"type": "afterany", "on": []}})
-        (d / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+        from moetune.io.files import write_atomic
+
+        write_atomic(d / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
         return (f"validate-winner validated the reference configuration; added run {name} for the retune winner "
                 f"{win}: `moetune sweep submit {d} --run {name}`")
     return f"validate-winner regenerated with the retune winner {win}; submit it with --phase validate"
@@ -398,21 +435,26 @@ def collect_sweep(d: Path) -> dict[str, Any]:
     out_dir = d / "collect"
     out_dir.mkdir(exist_ok=True)
     rows = _calibration_rows(results, contract, sweep)
-    # every run, predicted vs measured (rejected runs with their reasons)
-    with (out_dir / "runs.csv").open("w", newline="") as fh:
-        wr = csv.DictWriter(fh, fieldnames=CALIBRATION_COLUMNS + EXTRA_COLUMNS)
+    from moetune.io.files import write_atomic
+
+    def _csv(selected) -> str:
+        buf = io.StringIO(newline="")
+        wr = csv.DictWriter(buf, fieldnames=CALIBRATION_COLUMNS + EXTRA_COLUMNS)
         wr.writeheader()
-        wr.writerows(rows)
+        wr.writerows(selected)
+        return buf.getvalue()
+
+    # every run, predicted vs measured (rejected runs with their reasons); each file replaced atomically
+    write_atomic(out_dir / "runs.csv", _csv(rows))
     # what `moetune calibrate` fits from: accepted runs with a measured model TFLOP/s
-    with (out_dir / "calibration.csv").open("w", newline="") as fh:
-        wr = csv.DictWriter(fh, fieldnames=CALIBRATION_COLUMNS + EXTRA_COLUMNS)
-        wr.writeheader()
-        wr.writerows(r for r in rows if r["accepted"] and r["model_tflops_per_gpu"])
+    write_atomic(out_dir / "calibration.csv", _csv(r for r in rows if r["accepted"] and r["model_tflops_per_gpu"]))
     public = [{k: v for k, v in r.items() if not k.startswith("_")} for r in results]
     doc = {"sweep": sweep["name"], "contract_ok": contract_ok, "contract": contract.model_dump(mode="json",
                                                                                              by_alias=True),
            "runs": public, "ab": abs_, "winners": winners, "validate": validate_note,
-           "accepted": sum(r["accepted"] for r in results), "rejected": sum(not r["accepted"] for r in results),
+           "accepted": sum(r["accepted"] for r in results),
+           "rejected": sum(r.get("status") == "rejected" for r in results),
+           "pending": sum(r.get("status") == "pending" for r in results),
            "calibration_csv": str(out_dir / "calibration.csv"), "runs_csv": str(out_dir / "runs.csv")}
-    (out_dir / "results.json").write_text(json.dumps(doc, indent=1, default=str))
+    write_atomic(out_dir / "results.json", json.dumps(doc, indent=1, default=str))
     return doc

@@ -10,7 +10,10 @@ paths are resolved against REPLAY.yaml's folder.
 from __future__ import annotations
 
 import fnmatch
+import os
 import shlex
+import shutil
+import tempfile
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -186,15 +189,19 @@ def _run_manifest(run: RunSpec, contract_sha: str, launch: dict[str, Any], repla
 
 
 def write_run(out: Path, contract: Contract, contract_sha: str, run: RunSpec, replay: dict[str, str] | None,
-              sweep_name: str) -> dict[str, Any]:
+              sweep_name: str, final_out: Path | None = None) -> dict[str, Any]:
+    """Write one run's folder under ``out``; scripts name the run folder under ``final_out`` (where ``out`` is
+    renamed to once the whole sweep is written; default ``out``)."""
     rdir = out / "runs" / run.name
+    final_rdir = (final_out or out) / "runs" / run.name
     (rdir / "logs").mkdir(parents=True, exist_ok=True)
     (rdir / "traces").mkdir(parents=True, exist_ok=True)
     entry, args = entry_and_args(contract, run)
     env = run_env(contract, run)
     (rdir / "launch.sh").write_text(render_launch(contract, run))
     (rdir / "launch.sh").chmod(0o755)
-    (rdir / "run.sbatch").write_text(render_batch(contract, run, sweep_name=sweep_name, run_dir=str(rdir.resolve()),
+    (rdir / "run.sbatch").write_text(render_batch(contract, run, sweep_name=sweep_name,
+                                                  run_dir=str(final_rdir.resolve()),
                                                   replay=replay))
     cmd = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items()))
     (rdir / "command.txt").write_text(f"{cmd} python {entry} {' '.join(shlex.quote(a) for a in args)}\n")
@@ -238,6 +245,8 @@ def _checked(contract: Contract, runs: list[RunSpec]) -> tuple[list[RunSpec], li
 def init_sweep(out: Path, plan: PlanInput, *, candidate: int = 0, opts: dict[str, Any],
                replay_map: Path | None = None, scale_candidates: int = 3) -> dict[str, Any]:
     """Create the sweep directory. Refuses a non-empty directory (nothing half written over an old sweep)."""
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory (choose a new --out)")
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out}: directory exists and is not empty (choose a new --out)")
     if not 0 <= candidate < len(plan.candidates):
@@ -249,11 +258,34 @@ def init_sweep(out: Path, plan: PlanInput, *, candidate: int = 0, opts: dict[str
                          scale_candidates=scale_candidates)
     runs, dropped = _checked(contract, runs)
     replays = {r.name: _replay_for(r.name, mapping) for r in runs} if mapping else {}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "contract.yaml").write_text(contract.to_yaml())
-    sha = file_sha256(out / "contract.yaml")
+    # everything is written into a hidden folder beside the target and renamed into place at the end: a failure
+    # leaves nothing behind, and readers never see a half-written sweep
+    anchor = out.resolve().parent
+    while not anchor.is_dir():
+        anchor = anchor.parent
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=anchor))
+    except OSError as exc:
+        raise InputError(f"{out}: cannot create the sweep folder ({exc.strerror})") from None
+    try:
+        sweep = _write_sweep(tmp, out, plan, candidate, contract, info, runs, dropped, replays, replay_map)
+        out.resolve().parent.mkdir(parents=True, exist_ok=True)
+        if out.exists():
+            out.rmdir()  # empty (checked above)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return sweep
+
+
+def _write_sweep(tmp: Path, out: Path, plan: PlanInput, candidate: int, contract: Contract, info: dict[str, Any],
+                 runs: list[RunSpec], dropped: list[dict[str, Any]], replays: dict[str, Any],
+                 replay_map: Path | None) -> dict[str, Any]:
+    (tmp / "contract.yaml").write_text(contract.to_yaml())
+    sha = file_sha256(tmp / "contract.yaml")
     name = out.resolve().name
-    manifests = [write_run(out, contract, sha, r, replays.get(r.name), name) for r in runs]
+    manifests = [write_run(tmp, contract, sha, r, replays.get(r.name), name, final_out=out) for r in runs]
     deps = _dependencies(runs)
     sweep = {
         "name": name, "created": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -267,7 +299,7 @@ def init_sweep(out: Path, plan: PlanInput, *, candidate: int = 0, opts: dict[str
                   "dir": f"runs/{m['name']}", "depends": {"type": deps[m["name"]][0], "on": deps[m["name"]][1]}}
                  for m in manifests],
     }
-    (out / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
+    (tmp / "sweep.yaml").write_text(yaml.safe_dump(sweep, sort_keys=False))
     return sweep
 
 
