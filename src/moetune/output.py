@@ -100,3 +100,29 @@ def print_json(obj: Any) -> None:
     else:  # stdout replaced by a text stream (in-process callers, tests)
         sys.stdout.write(data.decode("utf-8"))
     sys.stdout.flush()
+
+
+def readable(table: Any, *, names: tuple[str, ...] = ()) -> Any:
+    """Make a rich Table safe to read and copy from: no header word is cut ("domin…"), no cell is ellipsised
+    (long cells fold onto the next line instead of losing characters), and the columns whose header is in
+    ``names`` (the names one must type: models, systems, runs, kernels) are never wrapped or cut at all.
+    Returns the table (call it just before printing, after every row is added)."""
+    from rich.text import Text
+
+    def plain(cell: Any) -> str:
+        if isinstance(cell, Text):
+            return cell.plain
+        return str(cell)
+
+    for col in table.columns:
+        header = plain(col.header)
+        words = header.split() or [""]
+        longest = max(len(w) for w in words)
+        col.overflow = "fold"
+        if header in names:
+            cells = [plain(c) for c in col._cells]
+            col.no_wrap = True
+            col.min_width = max([len(header), *(max((len(x) for x in c.splitlines()), default=0) for c in cells)])
+        else:
+            col.min_width = max(col.min_width or 0, longest)
+    return table

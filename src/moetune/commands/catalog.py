@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from moetune.output import console, print_json
+from moetune.output import console, print_json, readable
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")]
 
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
             ex = f"{r['num_moe_experts']} ({r['moe_router_topk']})" if r["num_moe_experts"] else "dense"
             t.add_row(r["name"], r["family"], str(r["num_layers"]), ex, str(r["mtp_num_layers"]),
                       _b(r["total_params"]), _b(r["active_params"]), _b(r["published_total_params"]))
-        console.print(t)
+        console.print(readable(t, names=("name",)))
 
     @catalog.command("systems")
     def catalog_systems(json_out: JsonOpt = False) -> None:
@@ -114,7 +114,7 @@ def register(app: typer.Typer) -> None:
             peaks = ", ".join(f"{k} {v:g}" for k, v in r["peak_tflops"].items())
             t.add_row(r["name"], ", ".join(r["aliases"]), r["gpu"], str(r["gpus_per_node"]), str(r["nvlink_domain"]),
                       f"{r['hbm_gib']:g}", peaks)
-        console.print(t)
+        console.print(readable(t, names=("name", "GPU")))
 
     @model_app.command("show")
     def model_show(
@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
         for k, v in d["params_by_component"].items():
             if v:
                 t.add_row(f"  {k}", f"{v:,}")
-        console.print(t)
+        console.print(readable(t, names=("field",)))
 
     app.add_typer(catalog, name="catalog")
     app.add_typer(model_app, name="model")

@@ -55,7 +55,9 @@ def candidate_json(c, nxt=None, *, with_launch: bool = True, starts: dict[str, A
     out = {
         "reproduce": reproduce_line(c, starts),
         "layout": _layout_json(c),
-        "features": c.job.features.model_dump(mode="json"),
+        # a dense model has no token dispatcher (nor any other MoE feature): none is listed
+        "features": {k: v for k, v in c.job.features.model_dump(mode="json").items()
+                     if c.job.model.is_moe or not k.startswith("moe_")},
         "memory": _dump(c.memory),
         "time": _dump(c.time),
         "warnings": [_dump(f) for f in c.findings],
@@ -121,7 +123,7 @@ def register(app: typer.Typer) -> None:
         for k in ("gpus", "gbs", "seq"):
             if int(vals[k]) < 1:
                 raise InputError.bad_value(f"--{k}", vals[k], "a positive integer")
-        if not 0.0 <= min_headroom_gib < 1e6:  # also rejects nan
+        if min_headroom_gib is not None and not 0.0 <= min_headroom_gib < 1e6:  # also rejects nan
             raise InputError.bad_value("--min-headroom-gib", min_headroom_gib, "a non-negative number of GiB")
         if top < 1:
             raise InputError.bad_value("--top", top, "a positive number of candidates")
@@ -151,7 +153,10 @@ def register(app: typer.Typer) -> None:
             fix=fixd, dispatchers=disp, max_recompute=max_recompute, min_headroom_gib=min_headroom_gib,
             top=top, allow_offload=not no_offload, recipe=recipe,
         )
-        res = plan(req)
+        from moetune.progress import cli_progress
+
+        with cli_progress("planning"):  # stderr, terminals only, after 2 s
+            res = plan(req)
         if not res.candidates:
             _impossible(res, json_out)
             raise typer.Exit(1)
@@ -162,8 +167,9 @@ def register(app: typer.Typer) -> None:
         out = {
             "request": {"model": req.model.name, "system": req.system.name, "gpus": req.gpus,
                         "gbs": req.global_batch_size, "seq": req.seq_length, "precisions": list(precs),
-                        "fix": fixd, "dispatchers": list(disp), "max_recompute": max_recompute,
-                        "min_headroom_gib": min_headroom_gib,
+                        "fix": fixd, "dispatchers": list(disp) if model_arch.is_moe else [],
+                        "max_recompute": max_recompute,
+                        "min_headroom_gib": request_headroom(req),
                         "defaults_used": used_default,
                         "recipe": {p: st.recipe for p, st in res.starts.items()},
                         "starting_features": {p: list(st.notes) for p, st in res.starts.items()}},
@@ -217,7 +223,8 @@ def _render(out: dict[str, Any]) -> None:
     console.print(f"[bold]moetune plan[/] {req['model']} on {req['gpus']} x {req['system']}, GBS {req['gbs']}, "
                   f"seq {req['seq']}, {','.join(req['precisions'])}")
     console.print(f"searched {out['searched']} configs over {out['layouts']} layouts in {out['seconds']} s; "
-                  f"{out['feasible']} feasible ({out['headroom_policy']})")
+                  f"{out['feasible']} feasible")
+    console.print(f"fit rule: {out['headroom_policy']}", style="dim", markup=False)
     groups = out.get("groups") or [{"members": [i + 1], "step_time_range_s": [0, 0], "vpp": [], "mbs": [],
                                     "ties_with_first": i == 0} for i in range(len(out["candidates"]))]
     for g in groups:
@@ -247,17 +254,27 @@ def _render(out: dict[str, Any]) -> None:
         band = tm.get("band")
         bt = f" [{band['lo_s']:.2f}-{band['hi_s']:.2f}]" if band else ""
         tie = "  (tie with #1: within noise)" if g["ties_with_first"] and i > 0 else ""
-        console.print(f"[bold]#{i + 1}[/] {layout}  {tm['step_time_s']:.2f}{bt} s/step  "
-                      f"{tm['model_tflops_per_gpu']:.0f} TFLOP/s/GPU  {m.get('peak_allocated_gib', 0):.1f} GiB  "
-                      f"wall: {tm.get('dominant_wall')}{tie}", soft_wrap=False)
+        # ranking lines stay within 100 columns: the stats move to the second line when the first would not fit
+        head = f"#{i + 1} {layout}  {tm['step_time_s']:.2f}{bt} s/step"
+        stats = f"{tm['model_tflops_per_gpu']:.0f} TFLOP/s/GPU  {m.get('peak_allocated_gib', 0):.1f} GiB"
+        wall = f"wall: {tm.get('dominant_wall')}{tie}"
+        if len(head) + 2 + len(stats) <= 100:
+            head, wall = f"{head}  {stats}", wall
+        else:
+            wall = f"{stats}  {wall}"
+        console.print(head, markup=False)
         if len(g["members"]) > 1:
             lo, hi = g["step_time_range_s"]
             console.print(f"    + {len(g['members']) - 1} near-duplicate(s) #"
                           + ",#".join(str(x) for x in g["members"][1:])
                           + f": VPP {'/'.join(map(str, g['vpp']))}, MBS {'/'.join(map(str, g['mbs']))}, "
                           f"{lo:.2f}-{hi:.2f} s/step", markup=False)
-        console.print("    " + (", ".join(p for p in parts if p) or "no recompute, no overlap or graph features"),
-                      markup=False)
+        import textwrap
+
+        feats_text = ", ".join(p for p in parts if p) or "no recompute, no overlap or graph features"
+        for line in textwrap.wrap(f"{wall}; {feats_text}", width=100, initial_indent="    ",
+                                  subsequent_indent="      "):
+            console.print(line, markup=False)
         console.print("    reproduce: " + c["reproduce"], markup=False, soft_wrap=True, style="dim")
     best = out["candidates"][0]
     bl, bt = best["layout"], best["time"]

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from moetune.errors import InputError
-from moetune.output import console, print_json
+from moetune.output import console, print_json, readable
 
 
 def _ms(x: float | None) -> str:
@@ -48,7 +48,7 @@ def _show_report(rep) -> None:
             _ms(r.hidden_comm_s), _ms(r.exposed_comm_s), _pct(r.comm_compute_overlap_pct),
             _ms(r.idle.host_bound_s), _ms(r.idle.dependency_s), r.dominant_wall or "—",
         )
-    console.print(t)
+    console.print(readable(t, names=("dominant wall",)))
     for r in rep.ranks:
         head = f"[bold]rank {r.rank}[/] {r.source} ({r.format}; {r.device or 'device ?'}; iterations: {r.iteration_source})"
         console.print(head)
@@ -78,7 +78,7 @@ def _show_report(rep) -> None:
                 tk.add_column(col)
             for k in r.top_kernels:
                 tk.add_row(k.kernel_class, str(k.count), _ms(k.kernel_time_s), f"{k.mean_us:.1f}", _short(k.name))
-            console.print(tk)
+            console.print(readable(tk, names=("class",)))
         for n in r.notes:
             console.print(f"  note: {n}")
     if rep.clock_alignment:
@@ -113,7 +113,7 @@ def _show_diff(d) -> None:
             t.add_row(x.metric, _ms(x.a), _ms(x.b), _ms(x.delta), _pct(x.delta_pct))
         o = rd.comm_compute_overlap_pct
         t.add_row("comm∩compute %", _pct(o.a), _pct(o.b), _pct(o.delta), "")
-        console.print(t)
+        console.print(readable(t, names=("metric",)))
         for x in rd.exposed_comm_by_kind:
             console.print(f"  exposed {x.metric}: {_ms(x.a)} → {_ms(x.b)} ms/iter")
         console.print(f"  dominant wall: {rd.dominant_wall[0]} → {rd.dominant_wall[1]}")

@@ -388,14 +388,12 @@ def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> t
     skipped with the reason.
     """
     import csv
+    import io
 
     from moetune.catalog.models import get_model
     from moetune.errors import UnknownNameError
-    from moetune.spec.features import parse_precision
-
-    import io
-
     from moetune.io.files import read_text
+    from moetune.spec.features import parse_precision
 
     p = Path(path)
     text = read_text(p, "a measured-runs CSV (columns of mbridge_perf_calibration.csv)")

@@ -963,8 +963,10 @@ def render_time(est: TimeEstimate, console) -> None:
     console.print(f"[bold]Step time[/] {est.step_time_s:.3f} s{band}   "
                   f"[bold]tokens/s/GPU[/] {est.tokens_per_s_per_gpu:,.0f}"
                   f"   [bold]model TFLOP/s/GPU[/] {est.model_tflops_per_gpu:,.1f}   "
-                  + f"MFU {est.mfu['vs_bf16_peak'] * 100:.1f}% of BF16 peak, "
-                  f"{est.mfu['vs_precision_peak'] * 100:.1f}% of {est.precision} peak")
+                  + f"MFU {est.mfu['vs_bf16_peak'] * 100:.1f}% of BF16 peak"
+                  # the precision's own peak only when it is not the BF16 one (BF16/FP16 runs: said once)
+                  + (f", {est.mfu['vs_precision_peak'] * 100:.1f}% of {est.precision.upper()} peak"
+                     if est.precision not in ("bf16", "fp16") else ""))
     width = 60
     bar = Text()
     for k in WALL_ORDER:

@@ -539,7 +539,10 @@ def plan(req: PlanRequest) -> PlanResult:
             queue.append((_walls_floor(res["walls"]), len(queue), lp, precision, _schedule_floor(res)))
     # pass 2: best-first by the variant floor
     queue.sort(key=lambda x: (x[0], x[1]))
+    from moetune.progress import report
+
     for i, (floor, _, lp, precision, sched_floor) in enumerate(queue):
+        report(i, len(queue), "layouts")
         if floor > kth_best():
             pruned_bound += len(queue) - i
             break
