@@ -118,6 +118,10 @@ def check_override_fields(overrides: Iterable[str], name: str = "override") -> N
         if op != "set" or "." not in key:
             continue
         sec, field = key.split(".", 1)
+        if sec not in SECTIONS and sec not in ("frontend", "_meta"):
+            close = difflib.get_close_matches(sec, SECTIONS, n=1, cutoff=0.6)
+            hint = f"closest: {close[0]}" if close else f"expected one of {', '.join(SECTIONS[:12])}, ..."
+            raise InputError(f"override {text!r}: unknown ConfigContainer section {sec!r}; {hint}", field=sec)
         probe.setdefault(sec, {})[field.split(".")[0]] = None
         texts[f"{sec}.{field.split('.')[0]}"] = text
     unknown_field(probe, texts, name)

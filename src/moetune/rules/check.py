@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from moetune.errors import InputError, MoetuneError
 from moetune.io.overrides import apply_overrides
 from moetune.rules.effective import effective_config, normalize_input
 from moetune.rules.engine import REGISTRY, CheckResult, Ctx, Env, Finding, Rule, evaluate
@@ -36,8 +37,15 @@ def check_config(cfg: dict, env: Env | None = None) -> CheckResult:
     """Replay the effective config (docs/rules.md §0.3) and evaluate every rule."""
     env = env or Env()
     rules = load_rules()
-    raw = normalize_input(cfg)
-    eff = effective_config(raw, env)
+    try:
+        raw = normalize_input(cfg)
+        eff = effective_config(raw, env)
+    except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError, OverflowError) as e:
+        if isinstance(e, MoetuneError):
+            raise
+        # a value of a type the replay cannot use, in a field no type check names: still one line, exit 2
+        raise InputError(f"config: a field holds a value of the wrong type ({e.__class__.__name__}: "
+                         f"{' '.join(str(e).split())[:160]}); expected the Megatron-Core / Bridge field types") from None
     ctx = Ctx(eff, env, raw)
     findings = evaluate(rules.values(), ctx)
     findings.sort(key=lambda f: (_ORDER[f.severity], f.id))

@@ -220,9 +220,48 @@ INT_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: fields the replay iterates over or compares as names (section -> field -> what they hold): a module list may be
+#: one name or a list of names; a recipe / dispatcher name must be a string
+LIST_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": ("cuda_graph_scope", "recompute_modules", "offload_modules", "hierarchical_context_parallel_sizes",
+              "cp_comm_type"),
+}
+NAME_FIELDS: dict[str, tuple[str, ...]] = {
+    "model": ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "recompute_granularity", "recompute_method",
+              "fp8", "fp8_recipe", "fp4", "fp4_recipe", "cuda_graph_impl", "attention_backend", "transformer_impl",
+              "moe_router_load_balancing_type", "normalization", "activation_func", "position_embedding_type"),
+    "mixed_precision": ("fp8", "fp8_recipe", "fp4", "fp4_recipe"),
+}
+
+
+def check_field_types(cfg: dict) -> None:
+    """One-line :class:`InputError` naming the first list or name field holding something else (the override
+    ``model.cuda_graph_scope=0``): what the replay would otherwise fail on with a bare TypeError."""
+    for section, fields in LIST_FIELDS.items():
+        sec = cfg.get(section)
+        if isinstance(sec, dict):
+            for name in fields:
+                v = sec.get(name)
+                if v is not None and not isinstance(v, str | list | tuple):
+                    raise InputError.bad_value(f"{section}.{name}", v, "a name or a list of names")
+                if isinstance(v, list | tuple) and any(isinstance(x, dict | list) for x in v):
+                    raise InputError.bad_value(f"{section}.{name}", v, "a flat list")
+    for section, fields in NAME_FIELDS.items():
+        sec = cfg.get(section)
+        if isinstance(sec, dict):
+            for name in fields:
+                v = sec.get(name)
+                if v is not None and not isinstance(v, str | bool):
+                    raise InputError.bad_value(f"{section}.{name}", v, "a name (string) or null")
+    mp = cfg.get("mixed_precision")
+    if mp is not None and not isinstance(mp, str | dict):
+        raise InputError.bad_value("mixed_precision", mp, "a recipe name (bf16_mixed, ...) or a mapping of fields")
+
+
 def check_int_fields(cfg: dict) -> None:
     """One-line :class:`InputError` naming the first integer field holding a non-integer (e.g. the override
     ``model.tensor_model_parallel_size=abc``); integral floats and digit strings pass."""
+    check_field_types(cfg)
     for section, fields in INT_FIELDS.items():
         sec = cfg.get(section)
         if not isinstance(sec, dict):
