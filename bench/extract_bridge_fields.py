@@ -126,7 +126,7 @@ def main() -> None:
                     fields |= cls.all_fields(name)
             fields |= cls.all_fields("TransformerConfig") | cls.all_fields("MLATransformerConfig")
         elif sec == "dataset":
-            for name, files in cls.files.items():
+            for name in cls.files:
                 if any(cls.derives(name, r) for r in (*names, "BlendedMegatronDatasetConfig", "DatasetProvider")):
                     fields |= cls.all_fields(name)
         for n in names:

@@ -84,6 +84,11 @@ def d(tmp_path_factory) -> Path:
     (root / "bridge_model_list.yaml").write_text("model: [1, 2]\n")
     (root / "bridge_no_model.yaml").write_text("train: {micro_batch_size: 1}\n")
     (root / "bridge_bad_int.yaml").write_text("model: {tensor_model_parallel_size: abc}\n")
+    ok = ("model:\n  num_layers: 4\n  hidden_size: 512\n  num_attention_heads: 8\n  num_moe_experts: 4\n"
+          "  moe_router_topk: 2\n  moe_ffn_hidden_size: 128\n  ffn_hidden_size: 1024\n  vocab_size: 1000\n"
+          "  seq_length: 512\ntrain:\n  global_batch_size: 16\n  micro_batch_size: 1\n")
+    (root / "bridge_ok.yaml").write_text(ok)
+    (root / "bridge_topk.yaml").write_text(ok.replace("moe_router_topk: 2", "moe_router_topk: 8"))
     (root / "job_bad.json").write_text(json.dumps({"gpus": -8, "layout": {"tp": 0}}))
     (root / "cc_no_model.json").write_text(json.dumps({"train": {"micro_batch_size": 1}}))
     (root / "csv_neg_gpus.csv").write_text(CSV_HEADER + CSV_ROW.format(gpus=-8, tflops=300))
@@ -215,6 +220,15 @@ CASES: list[tuple[str, list[str]]] = [
     ("estimate-bridge-bad-int", ["estimate", "--bridge-config", "{d}/bridge_bad_int.yaml"]),
     ("estimate-bridge-override-unknown", ["estimate", "--bridge-config", "{d}/bridge_no_model.yaml",
                                           "model.no_such_field=1"]),
+    ("estimate-bridge-topk-gt-experts", ["estimate", "--bridge-config", "{d}/bridge_topk.yaml", "--gpus", "8"]),
+    ("estimate-bridge-mbs-zero", ["estimate", "--bridge-config", "{d}/bridge_ok.yaml", "--gpus", "8",
+                                  "train.micro_batch_size=0"]),
+    ("estimate-bridge-hidden-negative", ["estimate", "--bridge-config", "{d}/bridge_ok.yaml", "--gpus", "8",
+                                         "model.hidden_size=-512"]),
+    ("estimate-bridge-tp-negative", ["estimate", "--bridge-config", "{d}/bridge_ok.yaml", "--gpus", "8",
+                                     "model.tensor_model_parallel_size=-4"]),
+    ("estimate-bridge-precision-nvfp4-h100", ["estimate", "--bridge-config", "{d}/bridge_ok.yaml", "--gpus", "8",
+                                              "--system", "DGX-H100", "mixed_precision=bf16_with_nvfp4_mixed"]),
     ("estimate-bridge-with-megatron", ["estimate", "--bridge-config", "{d}/empty.yaml", "--megatron-args",
                                        "{d}/empty.txt"]),
     ("estimate-megatron-missing", ["estimate", "--megatron-args", "{d}/missing.txt", "--gpus", "8"]),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from test_fuzz_inputs import RECIPE, run
 
 REPO = Path(__file__).resolve().parents[1]

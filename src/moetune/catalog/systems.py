@@ -42,8 +42,11 @@ def list_systems() -> list[System]:
 
 def load_system_file(path: Path) -> System:
     """A custom system from YAML or JSON (same fields as the catalog files)."""
+    from moetune.io.files import read_text
+
+    text = read_text(path, "a system YAML/JSON (fields of catalog/systems/*.json)")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML/JSON ({exc.__class__.__name__})", field="system") from None
     if not isinstance(data, dict):

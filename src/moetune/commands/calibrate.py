@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from moetune.output import console, err_console, print_json
+from moetune.output import console, err_console, print_json, readable
 
 
 def register(app: typer.Typer) -> None:
@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         for k in eff.names:
             mark = "" if k in res.fitted else " (kept)"
             tab.add_row(k + mark, f"{base.values[k]:.4g}", f"{eff.values[k]:.4g}")
-        console.print(tab)
+        console.print(readable(tab, names=("parameter",)))
         b, a = info["before"], info["after"]
         console.print(f"{len(runs)} runs ({len(skipped)} rows skipped); |error| median {b['median_abs_err_pct']:.1f}% "
                       f"-> {a['median_abs_err_pct']:.1f}%, p90 {b['p90_abs_err_pct']:.1f}% -> "

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from moetune.output import console, print_json
+from moetune.output import console, print_json, readable
 
 DEFAULT_SYSTEM = "DGX-H100"
 
@@ -62,7 +62,7 @@ def render_memory(est, suggestions=None) -> None:
     t.add_row("[bold]peak allocated[/]", *(f"[bold]{s.peak_allocated_gib:.2f}[/]" for s in est.stages))
     t.add_row("reserved", *(f"{s.reserved_gib:.2f}" for s in est.stages))
     t.add_row("[bold]device total[/]", *(f"[bold]{s.device_gib:.2f}[/]" for s in est.stages))
-    console.print(t)
+    console.print(readable(t, names=("component",)))
     ct = Table(title="Virtual chunks: layers, activations per microbatch, microbatches in flight at the peak")
     ct.add_column("stage")
     ct.add_column("chunk")
@@ -82,7 +82,7 @@ def render_memory(est, suggestions=None) -> None:
                 parts.append("output+loss")
             ct.add_row(f"PP{s.pp_rank}", str(c.vchunk), ", ".join(parts) or "-",
                        f"{c.activation_gib_per_microbatch:.3f}", str(c.in_flight_at_peak))
-    console.print(ct)
+    console.print(readable(ct, names=("stage",)))
     verdict = "[green]fits[/]" if est.fits else "[red]does NOT fit[/]"
     console.print(f"Binding stage PP{est.binding_stage}: {est.stages[est.binding_stage].device_gib:.2f} GiB of "
                   f"{est.capacity_gib:.1f} GiB -> {verdict}. Policy: {est.headroom_policy}")

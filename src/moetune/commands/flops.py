@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from moetune.output import console, print_json
+from moetune.output import console, print_json, readable
 
 
 def register(app: typer.Typer) -> None:
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
             if v:
                 t.add_row(k, f"{v:.4e}", f"{100 * v / f.total:.1f} %")
         t.add_row("[bold]total[/]", f"[bold]{f.total:.4e}[/]", "100 %")
-        console.print(t)
+        console.print(readable(t, names=("component",)))
         if per_step is not None:
             console.print(f"per step (GBS={gbs} x {seq} tokens): {per_step:.4e} FLOPs")
         for a in f.assumptions:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from moetune.errors import InputError, LayoutError
-from moetune.output import console, print_json
+from moetune.output import console, print_json, readable
 
 DEFAULT_SYSTEM = "DGX-H100"
 _EXAMPLE_MAX = 32  #: ranks listed per example group in the output
@@ -156,7 +156,7 @@ def _render(rep: dict[str, Any]) -> None:
             ex_s = ",".join(map(str, ex[:8])) + (",…" if len(ex) > 8 or c.get("example_truncated") else "")
             t.add_row(f"[{color}]{c['group'].upper()}[/]", str(c["group_size"]),
                       f"{c['num_crossing']}/{c['num_groups']}", str(c["max_domains_spanned"]), ex_s, c["rule"])
-        console.print(t)
+        console.print(readable(t))
     else:
         console.print("  No group crosses an NVLink domain.")
     if rep.get("pipeline"):
@@ -171,7 +171,7 @@ def _render(rep: dict[str, Any]) -> None:
                 parts += ([f"MTP×{c['mtp_layers']}"] if c["mtp_layers"] else []) + (["loss"] if c["loss"] else [])
                 cells.append(" ".join(parts) or "(empty)")
             t.add_row(str(r["pp_rank"]), *cells)
-        console.print(t)
+        console.print(readable(t))
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from moetune.errors import MoetuneError
-from moetune.output import console, err_console, print_json
+from moetune.output import console, err_console, print_json, readable
 
 
 class NoIterationsError(MoetuneError):
@@ -102,7 +102,7 @@ def _print_summary(s) -> None:
         t.add_row("Step Time lines", f"median {_fmt(b['median'])} s (excluded profiled {b['excluded_profiled']})")
     for n in s.notes:
         t.add_row("note", n)
-    console.print(t)
+    console.print(readable(t, names=("what",)))
 
 
 def diagnose_cmd(

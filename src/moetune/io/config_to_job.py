@@ -219,7 +219,9 @@ def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | N
     try:
         return ModelArch(**kw)
     except ValueError as e:
-        raise InputError(f"model fields do not form a valid architecture: {str(e).splitlines()[0]}") from None
+        from moetune.errors import validation_message
+
+        raise InputError(f"model fields do not form a valid architecture: {validation_message(e)}") from None
 
 
 def arch_to_model_fields(arch: ModelArch) -> dict:

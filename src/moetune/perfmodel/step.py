@@ -983,7 +983,9 @@ def render_time(est: TimeEstimate, console) -> None:
         if w.seconds <= 0:
             continue
         tab.add_row(Text("■ ", style=colors[k]) + Text(WALL_LABEL[k]), f"{w.seconds:.3f}", f"{w.share * 100:.1f}%")
-    console.print(tab)
+    from moetune.output import readable
+
+    console.print(readable(tab, names=("wall",)))
     console.print(f"Dominant wall: [bold]{WALL_LABEL[est.dominant_wall]}[/] "
                   f"({est.walls[est.dominant_wall].share * 100:.0f}% of the step)")
     if est.assumptions:

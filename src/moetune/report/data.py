@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +77,11 @@ def time_walls(time: dict[str, Any]) -> dict[str, float]:
 
 
 def _load_json(path: Path) -> Any:
+    from moetune.io.files import read_bytes
+
+    data = read_bytes(path, "a sweep folder, PLAN.json or ESTIMATE.json")
     try:
-        return orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
+        return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
 
@@ -92,10 +92,10 @@ def load_report_input(path: Path) -> dict[str, Any]:
         from moetune.sweep.collect import collect_sweep
 
         res_path = path / "collect" / "results.json"
-        results = json.loads(res_path.read_text()) if res_path.is_file() else collect_sweep(path)
-        import yaml
+        from moetune.sweep.sweepdir import load_sweep
 
-        sweep = yaml.safe_load((path / "sweep.yaml").read_text())
+        results = _load_json(res_path) if res_path.is_file() else collect_sweep(path)
+        sweep, _ = load_sweep(path)
         plan_cands = sweep.get("plan_candidates") or []
         base = plan_cands[sweep.get("candidate", 0)] if plan_cands else {}
         return {"kind": "sweep", "title": f"moetune sweep {results['sweep']}", "source": str(path),

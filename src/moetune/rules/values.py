@@ -83,3 +83,18 @@ for _id, _path, _lo, _fix in _FIELDS:
          f"{_name} must be {'a positive' if _lo >= 1 else 'a non-negative'} integer",
          "MCore model_parallel_config.py / transformer_config.py (counts); parallel_state.initialize_model_parallel",
          fix=None if _fix is _NO_FIX else {_path: _fix}, frontends=("bridge", "megatron-lm"))
+
+
+def first_impossible(cfg: dict) -> str | None:
+    """``"<field>=<value>: expected a positive integer (VAL-00N)"`` for the first impossible value of a config
+    (the nested dict of a Bridge YAML or Megatron-LM arguments), or None. Used at the entrances that build a job
+    (``estimate --bridge-config / --megatron-args``), where an impossible value must stop the command instead of
+    being replaced by a default; ``check`` reports the same rules as findings."""
+    from moetune.io.overrides import get_path
+
+    for rid, path, lo, _ in _FIELDS:
+        x = _number(get_path(cfg, path))
+        if x is not None and (not math.isfinite(x) or x < lo or not x.is_integer()):
+            what = "a positive integer" if lo >= 1 else "a non-negative integer"
+            return f"{path}={get_path(cfg, path)!r}: expected {what} ({rid})"
+    return None

@@ -91,12 +91,9 @@ def _dispatcher_check(intended: str, log: dict | None, trace: dict | None, trace
 
 
 def _jobs(d: Path) -> dict[str, str]:
-    p = d / "jobs.json"
-    try:
-        data = json.loads(p.read_text()) if p.is_file() else {}
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    from moetune.sweep.sweepdir import read_jobs
+
+    return read_jobs(d)
 
 
 def _submitted(d: Path, name: str) -> bool:

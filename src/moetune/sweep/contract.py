@@ -188,10 +188,11 @@ class Contract(BaseModel):
 
 def load_contract(path: Path) -> Contract:
     """Read ``contract.yaml``; one-line error naming the file and field on bad input."""
+    from moetune.io.files import read_text
+
+    text = read_text(path, "the sweep's contract.yaml")
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file (expected the sweep's contract.yaml)") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):

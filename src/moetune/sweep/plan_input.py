@@ -99,10 +99,11 @@ def _int(value: Any, where: str) -> int:
 
 def read_plan(path: Path) -> PlanInput:
     """Parse PLAN.json; one-line errors name the file and the field."""
+    from moetune.io.files import read_bytes
+
+    raw = read_bytes(path, "the output of `moetune plan --json`")
     try:
-        data = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file (expected the output of `moetune plan --json`)") from None
+        data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("candidates"), list):

@@ -3,7 +3,6 @@ when accounting is enabled), then ``scontrol show job`` (finished jobs the contr
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -60,7 +59,9 @@ def sweep_status(d: Path) -> dict[str, Any]:
     jobs_path = d / "jobs.json"
     if not jobs_path.is_file():
         raise InputError(f"{d}: nothing submitted yet (run `moetune sweep submit {d}`)")
-    jobs: dict[str, str] = json.loads(jobs_path.read_text())
+    from moetune.sweep.sweepdir import read_jobs
+
+    jobs = read_jobs(d)
     states = job_states(list(jobs.values()))
     rows = []
     for r in sweep["runs"]:

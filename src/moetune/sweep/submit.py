@@ -32,7 +32,9 @@ def submit_sweep(d: Path, *, phases: list[str] | None = None, runs: list[str] | 
                  dry_run: bool = False) -> dict[str, Any]:
     sweep, _contract = load_sweep(d)
     jobs_path = d / "jobs.json"
-    jobs: dict[str, str] = json.loads(jobs_path.read_text()) if jobs_path.is_file() else {}
+    from moetune.sweep.sweepdir import read_jobs
+
+    jobs = read_jobs(d)
     selected = [r for r in sweep["runs"] if (not phases or r["phase"] in phases) and (not runs or r["name"] in runs)]
     if not selected:
         raise InputError(f"{d}: no runs match phases={phases} runs={runs}")

@@ -131,10 +131,11 @@ def build_contract(plan: PlanInput, cand: Candidate, *, opts: dict[str, Any]) ->
 
 def read_replay_map(path: Path) -> list[tuple[str, dict[str, str]]]:
     """REPLAY.yaml -> [(pattern, {log, trace})]; every named file must exist."""
+    from moetune.io.files import read_text
+
+    text = read_text(path, "the --dry-run-replay map (REPLAY.yaml)")
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file (expected the --dry-run-replay map)") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict) or not data:
@@ -303,13 +304,30 @@ def _write_sweep(tmp: Path, out: Path, plan: PlanInput, candidate: int, contract
     return sweep
 
 
+def _yaml_mapping(p: Path, what: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    from moetune.io.files import read_text
+
+    try:
+        data = yaml.safe_load(read_text(p, what))
+    except yaml.YAMLError as exc:
+        raise InputError(f"{p}: not valid YAML ({' '.join(str(exc).split())[:160]}); expected {what}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: expected {what} (a mapping), got {type(data).__name__}")
+    missing = [k for k in required if k not in data]
+    if missing:
+        raise InputError(f"{p}: missing {', '.join(missing)}; expected {what}")
+    return data
+
+
 def load_sweep(d: Path) -> tuple[dict[str, Any], Contract]:
+    if not d.is_dir():
+        what = "no such directory" if not d.exists() else "not a directory"
+        raise InputError(f"{d}: {what} (expected a sweep directory made by `moetune sweep init`)")
     if not (d / "sweep.yaml").is_file():
         raise InputError(f"{d}: not a sweep directory (no sweep.yaml; create one with `moetune sweep init`)")
-    try:
-        sweep = yaml.safe_load((d / "sweep.yaml").read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"{d / 'sweep.yaml'}: not valid YAML ({exc})") from None
+    sweep = _yaml_mapping(d / "sweep.yaml", "the sweep's sweep.yaml", ("runs",))
+    if not isinstance(sweep["runs"], list) or not all(isinstance(r, dict) and "name" in r for r in sweep["runs"]):
+        raise InputError(f"{d / 'sweep.yaml'}: runs: expected a list of runs with a name each")
     return sweep, load_contract(d / "contract.yaml")
 
 
@@ -317,4 +335,22 @@ def load_run(d: Path, name: str) -> dict[str, Any]:
     p = d / "runs" / name / "run.yaml"
     if not p.is_file():
         raise InputError(f"{p}: missing run manifest")
-    return yaml.safe_load(p.read_text())
+    return _yaml_mapping(p, "a run manifest (run.yaml)", ("name", "window"))
+
+
+def read_jobs(d: Path) -> dict[str, str]:
+    """``jobs.json`` of a submitted sweep (run name -> Slurm job id); {} when nothing was submitted."""
+    import json
+
+    from moetune.io.files import read_text
+
+    p = d / "jobs.json"
+    if not p.is_file():
+        return {}
+    try:
+        data = json.loads(read_text(p, "the sweep's jobs.json"))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{p}: not valid JSON ({exc.msg} at line {exc.lineno}); expected run name -> job id") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{p}: expected an object run name -> job id, got {type(data).__name__}")
+    return {str(k): str(v) for k, v in data.items()}

@@ -137,7 +137,7 @@ def _index_row(path: Path) -> dict[str, Any]:
             for row in csv.DictReader(f):
                 if row.get("file") == path.name:
                     return {k: row[k] for k in ("platform", "gpu", "case") if row.get(k)}
-    except (OSError, csv.Error):
+    except (OSError, csv.Error, UnicodeDecodeError):
         return {}
     return {}
 
@@ -157,7 +157,7 @@ def _read_config(cfg_path: Path) -> tuple[dict[str, Any], str]:
 
     try:
         doc = yaml.safe_load(cfg_path.read_text())
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}, "unreadable"
     args = (doc or {}).get("MODEL_ARGS") or {}
     out = {str(k).lstrip("-").replace("-", "_"): v for k, v in args.items()}

@@ -530,7 +530,7 @@ class _Parser:
         if b"NVIDIA " in line and "gpu" not in self.rec.meta:
             m = P.GPU_NAME.search(line)
             if m:
-                self.rec.meta["gpu"] = m.group(1).decode()
+                self.rec.meta["gpu"] = m.group(1).decode("utf-8", "replace")
                 self.rec.meta["gpu_name"] = _dec(m.group(0)).strip()
         self._signals(line_no, line)
 
@@ -538,7 +538,7 @@ class _Parser:
         """Megatron's ``using world size: W, data-parallel size: D, ..., tensor-model-parallel size: T, ...``."""
         self.rec.recognised_lines += 1
         for m in P.WORLD_FIELD.finditer(line):
-            name = m.group(1).decode().strip().removeprefix("using").strip().replace("-", "_").replace(" ", "_")
+            name = m.group(1).decode("utf-8", "replace").strip().removeprefix("using").strip().replace("-", "_").replace(" ", "_")
             key = "world_size" if name == "world" else f"{name}_size"
             self.rec.config.setdefault(key, int(m.group(2)))
         self.rec.config_source = self.rec.config_source or "megatron-world-size-line"
@@ -735,7 +735,7 @@ class _Parser:
         scale = {b"MB": 2**20, b"MiB": 2**20, b"GB": 1e9, b"GiB": 2**30, b"bytes": 1.0}[unit]
         values: dict[str, float] = {}
         for fm in P.MEMORY_FIELD.finditer(text, m.end()):
-            key = fm.group(1).decode().strip().lower()
+            key = fm.group(1).decode("utf-8", "replace").strip().lower()
             if key.startswith("mem-"):
                 key = key[4:]
             for suffix in ("-gigabytes", "-megabytes", "-bytes"):
@@ -745,7 +745,7 @@ class _Parser:
             x = _num(fm.group(2))
             values[key] = x if key in ("alloc retires", "allocated count") else x * scale
         if len(rec.memory_reports) < MAX_MEMORY_REPORTS:
-            rec.memory_reports.append(MemoryReport(line_no, int(m.group(1)), int(m.group(2)), unit.decode(), values))
+            rec.memory_reports.append(MemoryReport(line_no, int(m.group(1)), int(m.group(2)), unit.decode("utf-8", "replace"), values))
 
     def _theoretical(self, line_no: int, line: bytes) -> None:
         m = P.THEORETICAL.search(line)
@@ -774,7 +774,7 @@ class _Parser:
         for seg in body[idx + 9:].split(b"|"):
             m = P.TIMER_SINGLE_LINE.search(seg)
             if m:
-                self._timer(line_no, m.group(1).decode().strip(), None, float(m.group(2)))
+                self._timer(line_no, m.group(1).decode("utf-8", "replace").strip(), None, float(m.group(2)))
 
     # ---------------------------------------------------------------- blocks (args, config, timers)
     def _block_start(self, line_no: int, line: bytes) -> bool:
@@ -835,7 +835,7 @@ class _Parser:
         for b in self.block_lines:
             m = P.ARGS_ITEM.match(b)
             if m:
-                args[m.group(1).decode()] = _coerce(_dec(m.group(2)))
+                args[m.group(1).decode("utf-8", "replace")] = _coerce(_dec(m.group(2)))
         self.block, self.block_lines = "", []
         if args:
             self.rec.config.update(args)
@@ -858,14 +858,14 @@ class _Parser:
         versions = self.rec.versions
         m = P.NCCL_VERSION.search(line)
         if m:
-            versions.setdefault("nccl", m.group(1).decode())
+            versions.setdefault("nccl", m.group(1).decode("utf-8", "replace"))
             self.rec.recognised_lines += 1
             return
         for m in P.VERSION.finditer(line):
-            name = _VERSION_NAMES.get(m.group(1).decode().lower().replace("_", "-"),
-                                      _VERSION_NAMES.get(m.group(1).decode().lower()))
+            name = _VERSION_NAMES.get(m.group(1).decode("utf-8", "replace").lower().replace("_", "-"),
+                                      _VERSION_NAMES.get(m.group(1).decode("utf-8", "replace").lower()))
             if name:
-                versions.setdefault(name, m.group(2).decode())
+                versions.setdefault(name, m.group(2).decode("utf-8", "replace"))
                 self.rec.recognised_lines += 1
 
     def _checkpoint(self, line_no: int, line: bytes) -> None:
@@ -898,12 +898,12 @@ class _Parser:
                 body, rank = self._rank(line)
                 mr = P.WATCHDOG_RANK.search(line)
                 pg = P.PG_TAG.search(line)
-                data = {"seq": int(m.group(1)), "op": m.group(2).decode(),
+                data = {"seq": int(m.group(1)), "op": m.group(2).decode("utf-8", "replace"),
                         "numel_in": int(m.group(3)) if m.group(3) else None,
                         "numel_out": int(m.group(4)) if m.group(4) else None,
                         "timeout_ms": int(m.group(5)) if m.group(5) else None, "ran_ms": int(m.group(6)),
                         "rank": int(mr.group(1)) if mr else rank,
-                        "pg": int(pg.group(1)) if pg else None, "pg_name": pg.group(3).decode() if pg and pg.group(3)
+                        "pg": int(pg.group(1)) if pg else None, "pg_name": pg.group(3).decode("utf-8", "replace") if pg and pg.group(3)
                         else None}
                 self._signal(line_no, "nccl_watchdog", body, rank, data=data)
                 return
@@ -913,7 +913,7 @@ class _Parser:
                 pg = P.PG_TAG.search(line)
                 data = {"work": int(m.group(1)), "last_enqueued": int(m.group(2)), "last_completed": int(m.group(3)),
                         "pg": int(pg.group(1)) if pg else None, "pg_rank": int(pg.group(4)) if pg else None,
-                        "pg_name": pg.group(3).decode() if pg and pg.group(3) else None}
+                        "pg_name": pg.group(3).decode("utf-8", "replace") if pg and pg.group(3) else None}
                 self._signal(line_no, "nccl_last_work", body, rank, data=data)
                 return
         if b"out of memory" in line or b"OutOfMemory" in line:
@@ -949,7 +949,7 @@ class _Parser:
                 if fr is None:
                     fr = self.frames[rank] = deque(maxlen=16)
                     self.tb_open[rank] = line_no
-                fr.append(f"{m.group(1).decode('utf-8', 'replace')}:{int(m.group(2))} in {m.group(3).decode()}")
+                fr.append(f"{m.group(1).decode('utf-8', 'replace')}:{int(m.group(2))} in {m.group(3).decode('utf-8', 'replace')}")
                 self.rec.recognised_lines += 1
                 return
         if b"Error" in line or b"Exception" in line or b"error" in line:
@@ -957,7 +957,7 @@ class _Parser:
             m = P.EXCEPTION_LINE.match(body)
             if m:
                 self._signal(line_no, "exception", body, rank, frames=self._take_frames(rank),
-                             data={"type": m.group(1).decode(), "message": _dec(m.group(2) or b"").strip()},
+                             data={"type": m.group(1).decode("utf-8", "replace"), "message": _dec(m.group(2) or b"").strip()},
                              context=True)
                 return
             if b"DistBackendError" in body or b"NCCL error" in body or b"ncclInternalError" in body or \

@@ -115,7 +115,9 @@ def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
     """Load the taxonomy table (default: the packaged ``catalog/kernel_taxonomy.yaml``)."""
     if path is None:
         return _default()
-    return _load(Path(path).read_text(), str(path))
+    from moetune.io.files import read_text
+
+    return _load(read_text(path, "a kernel taxonomy YAML"), str(path))
 
 
 @lru_cache(maxsize=1)
