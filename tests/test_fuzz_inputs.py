@@ -467,11 +467,15 @@ def test_check_human_output_shows_negative_tp_as_a_value():
 
 def test_check_json_with_unknown_world_size_serialises():
     """A layout override after which the world size is unknown (no --gpus): every result type serialises."""
-    code, stdout, stderr = run(["check", "--recipe", RECIPE, "model.tensor_model_parallel_size=3",
-                                "model.expert_model_parallel_size=5", "--json"])
+    code, stdout, stderr = run(["check", "--recipe", "deepseek_v3_pretrain_256gpu_b200_nvfp4_config",
+                                "model.tensor_model_parallel_size=3", "--json"])
     assert code in (0, 1), stderr
-    json.loads(stdout)
-    assert "not JSON serializable" not in stderr
+    doc = json.loads(stdout)
+    assert "not JSON serializable" not in stderr and doc["findings"]
+    from moetune.output import to_json_bytes
+    from moetune.rules.engine import UNKNOWN
+
+    assert json.loads(to_json_bytes({"dp": UNKNOWN, "n": 2**80})) == {"dp": None, "n": float(2**80)}
 
 
 def test_report_leaves_nothing_when_one_target_fails(tmp_path):
