@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from test_fuzz_inputs import PLAN, run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -145,6 +145,10 @@ def load_bridge_dict(text: str, name: str = "config") -> dict:
         hint = f"closest: {close[0]}" if close else f"expected one of {', '.join(SECTIONS[:12])}, ..."
         raise InputError(f"{name}: unknown ConfigContainer section {k!r}; {hint}", field=str(k))
     unknown_field(cfg, None, name)
+    try:
+        check_int_fields(cfg)
+    except InputError as e:
+        raise InputError(f"{name}: {e}", field=e.field, value=e.value, expected=e.expected) from None
     cfg["frontend"] = "bridge"
     return cfg
 

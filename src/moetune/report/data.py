@@ -77,9 +77,9 @@ def time_walls(time: dict[str, Any]) -> dict[str, float]:
 
 
 def _load_json(path: Path) -> Any:
-    from moetune.io.files import read_bytes
+    from moetune.io.files import decode_text, read_bytes
 
-    data = read_bytes(path, "a sweep folder, PLAN.json or ESTIMATE.json")
+    data = decode_text(read_bytes(path, "a sweep folder, PLAN.json or ESTIMATE.json"), str(path), "JSON text")
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:

@@ -99,9 +99,9 @@ def _int(value: Any, where: str) -> int:
 
 def read_plan(path: Path) -> PlanInput:
     """Parse PLAN.json; one-line errors name the file and the field."""
-    from moetune.io.files import read_bytes
+    from moetune.io.files import decode_text, read_bytes
 
-    raw = read_bytes(path, "the output of `moetune plan --json`")
+    raw = decode_text(read_bytes(path, "the output of `moetune plan --json`"), str(path), "JSON text")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
