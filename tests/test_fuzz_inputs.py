@@ -107,6 +107,10 @@ def d(tmp_path_factory) -> Path:
     (root / "eff_list.yaml").write_text("- 1\n")
     (root / "plan_bad.json").write_text(json.dumps({"candidates": "nope"}))
     (root / "plan_empty.json").write_text(json.dumps({"candidates": []}))
+    no_recipe = json.loads(PLAN.read_text())
+    for c in no_recipe["candidates"]:
+        c.setdefault("launch", {})["recipe"] = None
+    (root / "plan_no_recipe.json").write_text(json.dumps(no_recipe))
     (root / "sweep_bad").mkdir()
     (root / "sweep_bad" / "sweep.yaml").write_bytes(b"runs: [\xff\n")
     (root / "sweep_garbage").mkdir()
@@ -319,6 +323,7 @@ CASES: list[tuple[str, list[str]]] = [
     ("sweep-init-plan-truncated", ["sweep", "init", "--from-plan", "{d}/truncated.json", "--out", "{o}/s"]),
     ("sweep-init-plan-bad", ["sweep", "init", "--from-plan", "{d}/plan_bad.json", "--out", "{o}/s"]),
     ("sweep-init-plan-no-candidates", ["sweep", "init", "--from-plan", "{d}/plan_empty.json", "--out", "{o}/s"]),
+    ("sweep-init-no-recipe-known", ["sweep", "init", "--from-plan", "{d}/plan_no_recipe.json", "--out", "{o}/s"]),
     ("sweep-init-candidate-out-of-range", ["sweep", "init", "--from-plan", str(PLAN), "--out", "{o}/s",
                                            "--candidate", "99"]),
     ("sweep-init-framework-unknown", ["sweep", "init", "--from-plan", str(PLAN), "--out", "{o}/s", "--framework",

@@ -102,8 +102,12 @@ def build_contract(plan: PlanInput, cand: Candidate, *, opts: dict[str, Any]) ->
     label = "benchmark-only" if reasons else "training-equivalent"
     launcher = Launcher(**{k: v for k, v in (opts.get("launcher") or {}).items() if v is not None})
     if launcher.framework == "megatron-bridge" and launcher.entry == "run_recipe" and not launcher.recipe:
-        launcher = launcher.model_copy(update={"recipe": cand.launch.get("recipe") or cand.launch.get(
-            "bridge_recipe") or "unknown_pretrain_config"})
+        recipe = cand.launch.get("recipe") or cand.launch.get("bridge_recipe")
+        if not recipe:  # never a placeholder written into every run script
+            raise InputError(f"no Megatron-Bridge recipe is known for the chosen candidate ({cand.label}); pass "
+                             "--recipe NAME (a Bridge recipe function, e.g. qwen3_30b_a3b_pretrain_config) or "
+                             "--entry run_script", field="--recipe")
+        launcher = launcher.model_copy(update={"recipe": recipe})
     versions = Versions(**(opts.get("versions") or {}))
     if launcher.container_image and versions.container == "unknown":
         versions = versions.model_copy(update={"container": launcher.container_image})
