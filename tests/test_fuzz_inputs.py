@@ -559,6 +559,7 @@ def test_piped_copyable_lines_are_not_wrapped():
 
 def test_progress_goes_to_stderr_only_on_a_terminal():
     from moetune import progress
+    from moetune.output import progress_on_stderr
 
     class FakeTTY(io.StringIO):
         def isatty(self) -> bool:
@@ -573,10 +574,24 @@ def test_progress_goes_to_stderr_only_on_a_terminal():
     old = progress.SHOW_AFTER_S
     progress.SHOW_AFTER_S = 0.0
     try:
-        with progress.cli_progress("planning", stream=tty):
+        with progress_on_stderr("planning", stream=tty):
             progress.report(3, 10, "layouts")
-        with progress.cli_progress("planning", stream=pipe):
+        with progress_on_stderr("planning", stream=pipe):
             progress.report(3, 10, "layouts")
     finally:
         progress.SHOW_AFTER_S = old
     assert "planning" in tty.getvalue() and pipe.getvalue() == ""
+
+
+def test_the_planner_reports_progress():
+    from moetune import progress
+    from moetune.catalog.models import get_model
+    from moetune.catalog.systems import get_system
+    from moetune.plan.search import PlanRequest, plan
+
+    seen = []
+    with progress.reporting(lambda done, total, what: seen.append((done, total))):
+        res = plan(PlanRequest(model=get_model("OLMoE-1B-7B"), system=get_system("DGX-H100"), gpus=8,
+                               global_batch_size=256, seq_length=4096, top=2))
+    assert res.candidates and seen
+    assert all(0 <= d <= t for d, t in seen) and len({t for _, t in seen}) == 1

@@ -70,8 +70,10 @@ def test_progress_notifications_reach_the_client(reporting_planner, tmp_path):
             return r
 
     anyio.run(go)
-    assert seen and seen[-1] == (4.0, 4.0)
-    assert all(t == 4.0 for _, t in seen)
+    # the stand-in's four steps arrive; the real planner (moetune.plan.search) may report its own progress too
+    stub = [s for s in seen if s[1] == 4.0]
+    assert stub and stub[-1] == (4.0, 4.0)
+    assert all(0 <= p <= t for p, t in seen)
 
 
 def test_time_limit_stops_a_long_call(reporting_planner, tmp_path):

@@ -132,7 +132,10 @@ def user_error(exc: BaseException) -> tuple[str, int] | None:
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
-        rv = app(args=argv, standalone_mode=False)
+        from moetune.output import progress_on_stderr
+
+        with progress_on_stderr("moetune"):  # long work (the planner's search) shows a bar on a terminal's stderr
+            rv = app(args=argv, standalone_mode=False)
     except _EXIT as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:

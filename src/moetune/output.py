@@ -126,3 +126,49 @@ def readable(table: Any, *, names: tuple[str, ...] = ()) -> Any:
         else:
             col.min_width = max(col.min_width or 0, longest)
     return table
+
+
+def progress_on_stderr(label: str, stream: Any = None) -> Any:
+    """Context manager rendering :func:`moetune.progress.report` calls as a transient rich progress bar on stderr:
+    only when stderr is a terminal and the work has run for ``moetune.progress.SHOW_AFTER_S`` seconds (never on
+    stdout, so ``--json`` output is unaffected)."""
+    import contextlib
+    import time
+
+    from moetune import progress
+
+    stream = stream if stream is not None else sys.stderr
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if not tty:
+        return contextlib.nullcontext()
+
+    @contextlib.contextmanager
+    def bar_scope():
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        start = time.monotonic()
+        state: dict[str, Any] = {"bar": None, "task": None}
+
+        def callback(done: int, total: int | None, what: str | None = "") -> None:
+            total = max(int(total or 1), 1)
+            if state["bar"] is None:
+                if time.monotonic() - start < getattr(progress, "SHOW_AFTER_S", 2.0):
+                    return
+                bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                               TextColumn("{task.fields[what]}"), TimeElapsedColumn(),
+                               console=Console(file=stream), transient=True)
+                bar.start()
+                state["bar"], state["task"] = bar, bar.add_task(label, total=total, what=what or "")
+            state["bar"].update(state["task"], completed=done, total=total, what=what or "")
+
+        try:
+            with progress.reporting(callback):
+                yield
+        finally:
+            if state["bar"] is not None:
+                state["bar"].stop()
+
+    return bar_scope()

@@ -153,10 +153,7 @@ def register(app: typer.Typer) -> None:
             fix=fixd, dispatchers=disp, max_recompute=max_recompute, min_headroom_gib=min_headroom_gib,
             top=top, allow_offload=not no_offload, recipe=recipe,
         )
-        from moetune.progress import cli_progress
-
-        with cli_progress("planning"):  # stderr, terminals only, after 2 s
-            res = plan(req)
+        res = plan(req)  # progress: moetune.progress.report, rendered on stderr by the console script
         if not res.candidates:
             _impossible(res, json_out)
             raise typer.Exit(1)
