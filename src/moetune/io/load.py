@@ -176,7 +176,7 @@ def choice_updates(ch: FeatureChoices) -> dict[str, Any]:
     if ch.force_balance is not None:
         up["moe_router_force_load_balancing"] = bool(ch.force_balance)
     if ch.routing_imbalance is not None:
-        if ch.routing_imbalance < 1.0:
+        if not 1.0 <= ch.routing_imbalance < float("inf"):  # also nan
             raise InputError.bad_value("--routing-imbalance", ch.routing_imbalance, "max/mean load >= 1")
         up["moe_routing_imbalance"] = float(ch.routing_imbalance)
     return up
@@ -288,11 +288,23 @@ def _recipe_job_cached(name: str, system: System | None, gpus: int | None, model
 
     cfg = recipe_config(name)
     if overrides:
+        from moetune.io.bridge import check_override_fields
+
+        check_override_fields(list(overrides))  # unknown fields: Bridge rejects them, so do we
         cfg = apply_overrides(cfg, list(overrides))
+        from moetune.rules.effective import check_int_fields
+        from moetune.rules.values import first_impossible
+
+        check_int_fields(cfg)
+        bad = first_impossible(cfg)
+        if bad:
+            raise InputError(f"recipe {name}: {bad}")
     try:
         return job_from_config(cfg, system=system, gpus=gpus, model=model)
     except (ValueError, TypeError) as e:  # a field the reader did not name: still one line
-        raise InputError(f"recipe {name}: invalid value ({str(e).splitlines()[0]})") from None
+        from moetune.errors import validation_message
+
+        raise InputError(f"recipe {name}: invalid value ({validation_message(e)})") from None
 
 
 def recipe_job(model: ModelArch, system: System, gpus: int, precision: str) -> tuple[Job | None, list[str]]:
@@ -509,7 +521,9 @@ def _build(model: ModelArch, system: System, gpus: int, gbs: int, mbs: int, seq:
         return Job(model=model, system=system, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs,
                    seq_length=seq, layout=layout, features=features, assumptions=tuple(dict.fromkeys(notes)))
     except ValueError as e:  # pydantic validation
-        raise InputError(f"invalid job: {str(e).splitlines()[-1].strip()}") from None
+        from moetune.errors import validation_message
+
+        raise InputError(f"invalid job: {validation_message(e)}") from None
 
 
 def job_from_flags(fl: JobFlags, overrides: tuple[str, ...] = ()) -> Job:
@@ -534,7 +548,9 @@ def job_from_flags(fl: JobFlags, overrides: tuple[str, ...] = ()) -> Job:
     try:
         layout = Layout(**lay_kw)
     except ValueError as e:
-        raise InputError(f"invalid layout: {str(e).splitlines()[-1].strip()}") from None
+        from moetune.errors import validation_message
+
+        raise InputError(f"invalid layout: {validation_message(e)}") from None
     feats = adapt_features(feats, model, layout, fl.choices.given(), notes)
     return _build(model, system, int(fl.gpus), int(fl.gbs), int(fl.mbs or 1), int(fl.seq), lay_kw, feats, notes)
 
@@ -588,10 +604,21 @@ def job_from_files(*, megatron_args: str | None, bridge_config: str | None, over
 
         cfg = read_bridge_config(bridge_config, list(overrides))
     _positive("--gpus", gpus)
+    from moetune.errors import validation_message
+    from moetune.rules.values import first_impossible
+
+    source = megatron_args or bridge_config
+    bad = first_impossible(cfg)  # micro_batch_size: 0 must not quietly become 1
+    if bad:
+        raise InputError(f"{source}: {bad}")
     try:
         return job_from_config(cfg, system=system, gpus=gpus, model=model)
+    except InputError as e:
+        if source and source not in str(e):  # name the file the value came from
+            raise InputError(f"{source}: {e}", field=e.field, value=e.value, expected=e.expected) from None
+        raise
     except (ValueError, TypeError) as e:  # a reader that did not name the field: still one line, exit 2
-        raise InputError(f"{megatron_args or bridge_config}: invalid value ({str(e).splitlines()[0]})") from None
+        raise InputError(f"{source}: invalid value ({validation_message(e)})") from None
 
 
 def load_job(fl: JobFlags, *, megatron_args: str | None = None, bridge_config: str | None = None,
@@ -690,7 +717,10 @@ def reproduce_args(job: Job, recipe: str | None, recipe_layout: Layout | None = 
         args.append("--account-for-embedding-in-pipeline-split")
     if lay.account_for_loss_in_pipeline_split:
         args.append("--account-for-loss-in-pipeline-split")
-    args += [f"--cp {lay.cp}", f"--ep {lay.ep}", f"--etp {lay.expert_tp}", *feature_args(job.features),
+    feats = feature_args(job.features)
+    if not job.model.is_moe:  # a dense model has no token dispatcher
+        feats = [a for a in feats if not a.startswith("--dispatcher ")]
+    args += [f"--cp {lay.cp}", f"--ep {lay.ep}", f"--etp {lay.expert_tp}", *feats,
              f"--recipe {recipe or 'none'}"]
     return args
 
@@ -769,14 +799,16 @@ def _load_job_json(path: Path, text: str) -> dict:
         try:
             job = Job.model_validate(doc.get("job", doc))
         except ValueError as e:
-            first = str(e).splitlines()
-            raise InputError(f"{path}: not a valid moetune job ({' '.join(first[:3])})") from None
+            from moetune.errors import validation_message
+
+            raise InputError(f"{path}: not a valid moetune job ({validation_message(e)})") from None
         return job_to_config(job)
-    from moetune.io.bridge import clean_node
+    from moetune.io.bridge import clean_node, unknown_field
 
     cfg = clean_node(doc)
     if "model" not in cfg:
         raise InputError(f"{path}: no 'model' section; expected a moetune job or a ConfigContainer")
+    unknown_field(cfg, None, str(path))
     cfg.setdefault("frontend", "bridge")
     return cfg
 
@@ -798,13 +830,13 @@ def load_config(config_file: str | None, recipe: str | None, megatron_args: str 
         return read_megatron_args(megatron_args)
     if not config_file:
         raise InputError("nothing to check: give CONFIG_FILE, --recipe NAME or --megatron-args FILE")
+    from moetune.io.files import read_text
+
     p = Path(config_file)
-    if not p.is_file():
-        raise InputError(f"{config_file}: no such file")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(f"{config_file}: cannot read ({getattr(e, 'strerror', None) or e.__class__.__name__})") from None
+    text = read_text(p, "a Bridge YAML, Megatron-LM args / model_config.yaml or moetune job JSON")
+    if not text.strip():
+        raise InputError(f"{config_file}: empty file, expected a Bridge YAML, Megatron-LM args / model_config.yaml "
+                         "or moetune job JSON")
     if p.suffix == ".json":
         return _load_job_json(p, text)
     stripped = text.lstrip()

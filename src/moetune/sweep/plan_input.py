@@ -49,26 +49,7 @@ class Candidate:
             "tflops_per_gpu": _num(self.time, "tflops_per_gpu", "model_tflops_per_gpu", "tflops"),
             "peak_gib": _num(self.memory, "peak_allocated_gib", "peak_gib", "max_peak_gib", "peak"),
             "headroom_gib": _num(self.memory, "headroom_gib", "headroom"),
-            "free_gib": free_gib(self.memory),
         }
-
-
-def free_gib(memory: dict[str, Any] | None) -> float | None:
-    """HBM left free on the binding rank of a memory estimate (``free_gib``; older files: capacity minus the largest
-    stage device total, else minus the peak). Not ``headroom_gib``, which is the minimum the fit rule keeps free."""
-    m = memory or {}
-    v = _num(m, "free_gib")
-    if v is not None:
-        return v
-    cap = _num(m, "capacity_gib")
-    stages = [s for s in m.get("stages") or [] if isinstance(s, dict)]
-    dev = [x for x in (_num(s, "device_gib") for s in stages) if x is not None]
-    if cap is None:
-        return None
-    if dev:
-        return cap - max(dev)
-    peak = _num(m, "peak_gib", "peak_allocated_gib")  # a file without device totals: capacity minus its peak
-    return cap - peak if peak is not None else None
 
 
 @dataclass
