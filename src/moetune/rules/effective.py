@@ -229,7 +229,7 @@ LIST_FIELDS: dict[str, tuple[str, ...]] = {
 NAME_FIELDS: dict[str, tuple[str, ...]] = {
     "model": ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "recompute_granularity", "recompute_method",
               "fp8", "fp8_recipe", "fp4", "fp4_recipe", "cuda_graph_impl", "attention_backend", "transformer_impl",
-              "moe_router_load_balancing_type", "normalization", "activation_func", "position_embedding_type"),
+              "normalization", "position_embedding_type"),
     "mixed_precision": ("fp8", "fp8_recipe", "fp4", "fp4_recipe"),
 }
 
