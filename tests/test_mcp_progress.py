@@ -86,3 +86,19 @@ def test_time_limit_stops_a_long_call(reporting_planner, tmp_path):
     r, ok = anyio.run(go)
     assert r.is_error and "time limit" in r.content[0].text
     assert not ok.is_error
+
+
+def test_the_real_planner_reports_progress(tmp_path):
+    """No stand-in: moetune.plan.search reports through moetune.progress and the client gets notifications."""
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total))
+
+    async def go():
+        async with Client(MoetuneMCP(tmp_path).server) as c:
+            r = await c.call_tool("plan", {**Q, "gpus": 16, "gbs": 1024, "seq": 4096}, progress_callback=on_progress)
+            assert not r.is_error, r.content[0].text
+
+    anyio.run(go)
+    assert seen and all(t and 0 <= p <= t for p, t in seen)
