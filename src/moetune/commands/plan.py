@@ -55,9 +55,7 @@ def candidate_json(c, nxt=None, *, with_launch: bool = True, starts: dict[str, A
     out = {
         "reproduce": reproduce_line(c, starts),
         "layout": _layout_json(c),
-        # a dense model has no token dispatcher (nor any other MoE feature): none is listed
-        "features": {k: v for k, v in c.job.features.model_dump(mode="json").items()
-                     if c.job.model.is_moe or not k.startswith("moe_")},
+        "features": c.job.features.model_dump(mode="json"),
         "memory": _dump(c.memory),
         "time": _dump(c.time),
         "warnings": [_dump(f) for f in c.findings],

@@ -717,9 +717,7 @@ def reproduce_args(job: Job, recipe: str | None, recipe_layout: Layout | None = 
         args.append("--account-for-embedding-in-pipeline-split")
     if lay.account_for_loss_in_pipeline_split:
         args.append("--account-for-loss-in-pipeline-split")
-    feats = feature_args(job.features)
-    if not job.model.is_moe:  # a dense model has no token dispatcher
-        feats = [a for a in feats if not a.startswith("--dispatcher ")]
+    feats = feature_args(job.features)  # every dimension explicit, so the line rebuilds the same job
     args += [f"--cp {lay.cp}", f"--ep {lay.ep}", f"--etp {lay.expert_tp}", *feats,
              f"--recipe {recipe or 'none'}"]
     return args
