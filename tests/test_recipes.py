@@ -1,4 +1,4 @@
-"""Embedded Bridge perf-recipe catalog (package data, no ../shared needed)."""
+"""Embedded Bridge perf-recipe catalog (package data only)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ the file's ``source``).
 
 ``recipe_config(name)`` returns the nested ConfigContainer dict a recipe builds: the provider/bridge architecture
 fields of its model (Bridge provider values), Bridge's MoE model-bridge defaults (docs/rules.md §1), then every
-field the recipe assigns. It works without ../shared (package data only).
+field the recipe assigns. It is package data: nothing outside the installed package is read.
 """
 
 from __future__ import annotations
