@@ -42,7 +42,7 @@ def list_systems() -> list[System]:
 
 def load_system_file(path: Path) -> System:
     """A custom system from YAML or JSON (same fields as the catalog files)."""
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     text = read_text(path, "a system YAML/JSON (fields of catalog/systems/*.json)")
     try:

@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
 
         base = load_efficiency(efficiency)
         if out is not None:
-            from moetune.io.files import check_writable
+            from moetune.files import check_writable
 
             check_writable([out])  # fail before the fit, not after it
         names = None

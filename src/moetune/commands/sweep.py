@@ -167,7 +167,7 @@ def report_cmd(
         else:
             console.print(text, markup=False, highlight=False, soft_wrap=True)
         return
-    from moetune.io.files import check_writable, write_atomic
+    from moetune.files import check_writable, write_atomic
 
     targets = [p for p in (html_out, md_out) if p is not None]
     check_writable(targets)  # every target checked before anything is written

@@ -157,7 +157,7 @@ def read_bridge_config(path: str | Path | None, overrides: Iterable[str] | None 
                        base: dict | None = None) -> dict:
     """ConfigContainer YAML at ``path`` (or ``base`` dict) with Hydra-style ``overrides`` -> nested dict."""
     if path is not None:
-        from moetune.io.files import read_text
+        from moetune.files import read_text
 
         text = read_text(path, "a Megatron-Bridge ConfigContainer YAML")
         cfg = load_bridge_dict(text, str(path))

@@ -828,7 +828,7 @@ def load_config(config_file: str | None, recipe: str | None, megatron_args: str 
         return read_megatron_args(megatron_args)
     if not config_file:
         raise InputError("nothing to check: give CONFIG_FILE, --recipe NAME or --megatron-args FILE")
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     p = Path(config_file)
     text = read_text(p, "a Bridge YAML, Megatron-LM args / model_config.yaml or moetune job JSON")

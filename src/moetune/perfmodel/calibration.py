@@ -137,7 +137,7 @@ def load_efficiency(path: str | Path | None = None) -> Efficiency:
     """The shipped parameters, or a user file written by ``moetune calibrate`` (missing names keep defaults)."""
     if path is None:
         return default_efficiency()
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     p = Path(path)
     text = read_text(p, "an efficiency YAML (from moetune calibrate)")
@@ -162,7 +162,7 @@ _HEADER = """\
 
 def save_efficiency(eff: Efficiency, path: str | Path) -> None:
     """Write ``eff`` in the catalog format (readable by :func:`load_efficiency`)."""
-    from moetune.io.files import write_atomic
+    from moetune.files import write_atomic
 
     write_atomic(path, _HEADER + yaml.safe_dump(eff.to_yaml_dict(), sort_keys=False, width=120))
 
@@ -392,7 +392,7 @@ def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> t
 
     from moetune.catalog.models import get_model
     from moetune.errors import UnknownNameError
-    from moetune.io.files import read_text
+    from moetune.files import read_text
     from moetune.spec.features import parse_precision
 
     p = Path(path)

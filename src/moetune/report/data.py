@@ -77,7 +77,7 @@ def time_walls(time: dict[str, Any]) -> dict[str, float]:
 
 
 def _load_json(path: Path) -> Any:
-    from moetune.io.files import decode_text, read_bytes
+    from moetune.files import decode_text, read_bytes
 
     data = decode_text(read_bytes(path, "a sweep folder, PLAN.json or ESTIMATE.json"), str(path), "JSON text")
     try:

@@ -411,7 +411,7 @@ def _regenerate_validate(d: Path, sweep: dict, contract, winners: list[dict], by
 
         entry = next(r for r in sweep["runs"] if r["name"] == "validate-winner")
         sweep["runs"].append({**entry, "name": name, "dir": f"runs/{name}", "depends": {"type": "afterany", "on": []}})
-        from moetune.io.files import write_atomic
+        from moetune.files import write_atomic
 
         write_atomic(d / "sweep.yaml", yaml.safe_dump(sweep, sort_keys=False))
         return (f"validate-winner validated the reference configuration; added run {name} for the retune winner "
@@ -432,7 +432,7 @@ def collect_sweep(d: Path) -> dict[str, Any]:
     out_dir = d / "collect"
     out_dir.mkdir(exist_ok=True)
     rows = _calibration_rows(results, contract, sweep)
-    from moetune.io.files import write_atomic
+    from moetune.files import write_atomic
 
     def _csv(selected) -> str:
         buf = io.StringIO(newline="")

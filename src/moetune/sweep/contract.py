@@ -188,7 +188,7 @@ class Contract(BaseModel):
 
 def load_contract(path: Path) -> Contract:
     """Read ``contract.yaml``; one-line error naming the file and field on bad input."""
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     text = read_text(path, "the sweep's contract.yaml")
     try:

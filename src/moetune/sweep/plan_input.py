@@ -80,7 +80,7 @@ def _int(value: Any, where: str) -> int:
 
 def read_plan(path: Path) -> PlanInput:
     """Parse PLAN.json; one-line errors name the file and the field."""
-    from moetune.io.files import decode_text, read_bytes
+    from moetune.files import decode_text, read_bytes
 
     raw = decode_text(read_bytes(path, "the output of `moetune plan --json`"), str(path), "JSON text")
     try:

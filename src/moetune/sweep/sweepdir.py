@@ -135,7 +135,7 @@ def build_contract(plan: PlanInput, cand: Candidate, *, opts: dict[str, Any]) ->
 
 def read_replay_map(path: Path) -> list[tuple[str, dict[str, str]]]:
     """REPLAY.yaml -> [(pattern, {log, trace})]; every named file must exist."""
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     text = read_text(path, "the --dry-run-replay map (REPLAY.yaml)")
     try:
@@ -309,7 +309,7 @@ def _write_sweep(tmp: Path, out: Path, plan: PlanInput, candidate: int, contract
 
 
 def _yaml_mapping(p: Path, what: str, required: tuple[str, ...] = ()) -> dict[str, Any]:
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     try:
         data = yaml.safe_load(read_text(p, what))
@@ -346,7 +346,7 @@ def read_jobs(d: Path) -> dict[str, str]:
     """``jobs.json`` of a submitted sweep (run name -> Slurm job id); {} when nothing was submitted."""
     import json
 
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     p = d / "jobs.json"
     if not p.is_file():

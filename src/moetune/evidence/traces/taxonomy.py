@@ -115,7 +115,7 @@ def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
     """Load the taxonomy table (default: the packaged ``catalog/kernel_taxonomy.yaml``)."""
     if path is None:
         return _default()
-    from moetune.io.files import read_text
+    from moetune.files import read_text
 
     return _load(read_text(path, "a kernel taxonomy YAML"), str(path))
 
