@@ -119,12 +119,11 @@ def test_plan_is_deterministic_and_cache_independent(kw):
 @pytest.mark.parametrize("kw", [dict(model="Qwen3-30B-A3B", gpus=16, gbs=512, top=3),
                                 dict(model="DeepSeek-V2-Lite", gpus=16, gbs=512, top=5, precisions=("bf16", "fp8_cs")),
                                 dict(model="GPT-OSS-20B", gpus=8, gbs=128, top=4, max_recompute="selective")])
-def test_schedule_bound_skips_change_nothing(kw, monkeypatch):
+def test_schedule_bound_skips_change_nothing(kw):
     kw = dict(kw)
     req = _req(kw.pop("model"), kw.pop("gpus"), kw.pop("gbs"), **kw)
     with_skips = _summary(P.plan(req))
-    monkeypatch.setattr(P, "SCHEDULE_BOUND", False)
-    assert _summary(P.plan(req)) == with_skips
+    assert _summary(P.plan(req, schedule_bound=False)) == with_skips
 
 
 def test_memory_key_cached_by_another_process_is_recomputed():

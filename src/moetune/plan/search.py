@@ -27,7 +27,19 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from moetune.perfmodel.memory import (
+    TIME_ONLY_FEATURES,
+    device_peaks,
+    estimate_memory,
+    fits_capacity,
+    headroom_gib,
+    weight_and_optimizer_bytes,
+)
+from moetune.perfmodel.schedule import pipeline_step
+from moetune.perfmodel.step import _resolve_eff, estimate_time, estimate_walls
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
+from moetune.progress import report
+from moetune.rules import check_job
 from moetune.spec.features import Features
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout
@@ -74,8 +86,6 @@ class PlanRequest:
 
 def request_headroom(req: PlanRequest) -> float:
     """GiB the headroom policy keeps free for this request (``--min-headroom-gib`` or estimate's policy)."""
-    from moetune.perfmodel.memory import headroom_gib
-
     return req.min_headroom_gib if req.min_headroom_gib is not None else headroom_gib(req.system.gpu.hbm_gib)
 
 
@@ -285,189 +295,214 @@ def _fits(mem, capacity_gib: float, headroom: float) -> tuple[bool, float]:
 
 def _fits_peaks(peaks: list[tuple[float, float]], capacity_gib: float, headroom: float) -> tuple[bool, float]:
     """:func:`_fits` from (device GiB, peak allocated GiB) per rank (:func:`moetune.perfmodel.memory.device_peaks`)."""
-    from moetune.perfmodel.memory import fits_capacity
-
     peak = max(d for d, _ in peaks)
     return fits_capacity(peak, capacity_gib, headroom), peak + headroom - capacity_gib
 
 
-def plan(req: PlanRequest) -> PlanResult:
-    """Run the search and return the ranked feasible candidates (see module docstring).
+def plan(req: PlanRequest, *, schedule_bound: bool = True) -> PlanResult:
+    """Run the search and return the ranked feasible candidates (see module docstring and :class:`Search`).
 
-    Two passes keep it exact and fast: pass 1 prices every layout that survives the model-state floor with its
-    base features once (one step-time estimate) and records :func:`variant_floor`; pass 2 visits the layouts in
-    increasing floor order, fits recompute and evaluates every feature variant, and stops as soon as a layout's
-    floor exceeds the k-th best step time found: every later layout has a larger floor, so none can win.
-
-    Inside pass 2 a visited layout whose :func:`_schedule_floor` (the bubble, the slowest stage and the cheapest
-    dispatcher's EP time added to the variant floor) exceeds the k-th best is not retuned: none of its variants
-    could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the counters
-    differ); its full-recompute fit is still tested, so the closest misses are unchanged (``exact_ranking`` turns
-    this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`, stopping
-    at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
-    estimate_walls`), and the full memory / time estimates are built only for the candidates kept.
+    Requests of many GPUs are searched in several processes (:func:`_workers`, :func:`_plan_parallel`), the others
+    by one :class:`Search`. ``schedule_bound``: skip the retuning of layouts (and recompute options) whose
+    :func:`_schedule_floor` exceeds the k-th best; the result is the same either way (tests/test_plan_fastpath.py
+    compares both), only the work differs.
     """
-    from moetune.perfmodel.memory import (
-        TIME_ONLY_FEATURES,
-        device_peaks,
-        estimate_memory,
-        weight_and_optimizer_bytes,
-    )
-    from moetune.perfmodel.step import _resolve_eff, estimate_time, estimate_walls
-    from moetune.rules import check_job
-
     n_workers = _workers(req)
     if n_workers > 1:
-        return _plan_parallel(req, n_workers)
-    t0 = time.perf_counter()
-    part_i, part_n = req.partition
-    capacity = req.system.gpu.hbm_gib
-    headroom = request_headroom(req)
-    limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
-    rec_opts = _recompute_options(req.model, req.max_recompute,
-                                  str(req.fix["recompute"]) if "recompute" in req.fix else None)
-    starts = plan_starts(req)
-    rejected_rules: dict[str, int] = {}
-    best: list[tuple] = []  # heap of the top-K distinct layouts by (-step time): the pruning bound
-    k = max(req.top, 1)
-    searched = feasible = layouts = pruned_mem = pruned_bound = rejected = 0
-    closest: list[tuple[float, int, Job]] = []  # heap of (-overflow GiB, n, floor job): the closest misses
-    offload_queue: list[tuple[float, LayoutPoint, str]] = []
-    per_layout: dict[tuple, float] = {}
-    best_by_layout: dict[tuple, Candidate] = {}
-    base_cache: dict[tuple, Features] = {}
-    state_cache: dict[tuple, float] = {}
-    mem_cache: dict[tuple, list] = {}  # (reserved, peak) GiB per rank
-    fit_cache: dict[tuple, tuple[bool, Job]] = {}  # fits the headroom policy, and the job it was tested on
-    full_mem: dict[tuple, Any] = {}
-    overflow_rank: dict[tuple, int] = {}  # per layout: the rank that overflowed last (tested first next time)
-    # memo tables of the hot loop (identical values, fewer pydantic objects): Features per combination of updates,
-    # their time-only-normalised twin, one Layout per layout point, step-time estimates per (layout, Features)
-    feat_cache: dict[tuple, Features] = {}
-    mem_feats: dict[int, Features] = {}
-    canon: dict[Features, Features] = {}
-    layout_cache: dict[tuple, Layout] = {}
-    job_cache: dict[tuple, Job] = {}  # per (layout, Features instance); the instance check guards against id reuse
-    time_cache: dict[tuple, Any] = {}
-    eff = _resolve_eff(None)  # what estimate_time(job) reads by default, resolved once
-    GiB = 1024.0**3
-    tie = itertools.count()
-    time_only = {f: False for f in TIME_ONLY_FEATURES}
+        return _plan_parallel(req, n_workers, schedule_bound=schedule_bound)
+    return Search(req, schedule_bound=schedule_bound).run()
 
-    def base_features(mode: tuple[str, bool], lp: LayoutPoint) -> Features:
-        key = (mode, lp.tp > 1)
-        if key not in base_cache:
-            base_cache[key] = _base_features(req.model, mode[0], lp, fsdp=mode[1], start=starts[mode[0]].features,
-                                             fix=req.fix)
-        return base_cache[key]
 
-    def features(mode: tuple[str, bool], lp: LayoutPoint, update: dict) -> Features:
-        """``base_features(mode, lp).model_copy(update=update)``, one instance per distinct value."""
-        key = (mode, lp.tp > 1, tuple(update.items()))
-        got = feat_cache.get(key)
-        if got is None:
-            got = base_features(mode, lp).model_copy(update=update)
-            got = feat_cache[key] = canon.setdefault(got, got)
-        return got
+class SharedBound:
+    """The smallest k-th best step time any share of a parallel search has found (:func:`_plan_parallel`), in a
+    process-shared double created before the shares are forked. The global k-th best is at most each share's own, so
+    pruning a share with this bound loses no global top-K member. ``None`` (one process): the share's own bound."""
 
-    def job_of(lp: LayoutPoint, feats: Features) -> Job:
-        lk = lp.key()
-        got = job_cache.get((lk, id(feats)))
-        if got is not None and got.features is feats:
-            return got
-        lay = layout_cache.get(lk)
-        if lay is None:
-            lay = layout_cache[lk] = _layout(lp)
-        got = job_cache[(lk, id(feats))] = Job(
-            model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
-            micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=lay, features=feats)
-        return got
+    def __init__(self, value: Any = None) -> None:
+        self._value = value
 
-    def time_of(lp: LayoutPoint, feats: Features, job: Job | None = None) -> dict:
-        """step.estimate_walls of the job (step seconds and walls), memoised per (layout, Features instance)."""
-        key = (lp.key(), id(feats))
-        got = time_cache.get(key)
-        if got is None:
-            got = time_cache[key] = estimate_walls(job or job_of(lp, feats), eff)
-        return got
+    def tighten(self, own: float) -> float:
+        """Offer this share's k-th best; return the bound to prune with (min of own and every share's)."""
+        if self._value is None:
+            return own
+        shared = self._value.value
+        if own < shared:
+            with self._value.get_lock():
+                self._value.value = min(self._value.value, own)
+        return min(own, shared)
 
-    def mem_key(lp: LayoutPoint, feats: Features) -> tuple:
-        """Variants that differ only in time-only features (memory.TIME_ONLY_FEATURES) share a memory estimate."""
-        norm = mem_feats.get(id(feats))
-        if norm is None:
-            norm = feats.model_copy(update=time_only)
-            norm = mem_feats[id(feats)] = canon.setdefault(norm, norm)
-        return lp.key(), id(norm)
 
-    def memory_of(lp: LayoutPoint, feats: Features) -> list:
-        """(device, peak allocated) GiB of every rank: what the overflow of a miss reads (memory.device_peaks)."""
-        key = mem_key(lp, feats)
-        got = mem_cache.get(key)
-        if got is None:
-            got = mem_cache[key] = list(device_peaks(job_of(lp, feats)))
-        return got
+class Search:
+    """One exact search over the layouts of a request (or of its share ``req.partition``).
 
-    def fits(lp: LayoutPoint, feats: Features) -> bool:
-        """``_fits_peaks(memory_of(lp, feats))[0]``, exactly: the most-loaded rank fits iff every rank fits (x + h - c
-        is monotone in x, also in floating point), so the ranks are priced one by one and the test stops at the first
-        that overflows (the one that overflowed last for this layout is tried first)."""
-        key = mem_key(lp, feats)
-        got = fit_cache.get(key)
-        if got is None:
-            job = job_of(lp, feats)
-            lk = lp.key()
-            first = overflow_rank.get(lk, 0)
-            order = [first, *(i for i in range(lp.pp) if i != first)]
-            ok = True
-            for i, peaks in zip(order, device_peaks(job, order), strict=True):
-                if not _fits_peaks([peaks], capacity, headroom)[0]:
-                    overflow_rank[lk] = i
-                    ok = False
+    Two passes keep it exact and fast: :meth:`pass_1` prices every layout that survives the model-state floor with
+    its base features once (one step-time estimate) and records :func:`_walls_floor` (= :func:`variant_floor`);
+    :meth:`pass_2` visits the layouts in increasing floor order, fits recompute and prices every feature variant
+    (:meth:`consider`), and stops as soon as a layout's floor exceeds the k-th best step time found: every later
+    layout has a larger floor, so none can win. :meth:`offload_pass` runs only when nothing fits without offloading.
+
+    Inside pass 2 a visited layout whose :func:`_schedule_floor` (the bubble, the slowest stage and the cheapest
+    dispatcher's EP time added to the variant floor) exceeds the k-th best is not retuned (``schedule_bound``): none
+    of its variants could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the
+    counters differ); its full-recompute fit is still tested, so the closest misses are unchanged (``exact_ranking``
+    turns this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
+    stopping at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
+    estimate_walls`), and the full memory / time estimates are built only for the candidates kept.
+
+    State: the request and its fixed inputs (capacity, headroom, recompute options, starting features, efficiency),
+    the bound (the heap of the top-K distinct layouts' step times, and ``shared`` across processes), the counters of
+    :class:`PlanResult`, the results (best candidate and step time per layout, closest misses, offload queue) and
+    memo tables that hold identical values for the duration of one search only (Features per combination of updates
+    and their time-only-normalised twin, one Layout per layout point, one Job and step-time estimate per (layout,
+    Features), memory peaks / fit verdicts / full estimates per (layout, memory-relevant Features)).
+    """
+
+    def __init__(self, req: PlanRequest, shared: SharedBound | None = None, schedule_bound: bool = True) -> None:
+        self.req = req
+        self.shared = shared if shared is not None and req.partition[1] > 1 else SharedBound()
+        self.schedule_bound = schedule_bound and not req.exact_ranking
+        self.t0 = time.perf_counter()
+        self.capacity = req.system.gpu.hbm_gib
+        self.headroom = request_headroom(req)
+        self.limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
+        self.rec_opts = _recompute_options(req.model, req.max_recompute,
+                                           str(req.fix["recompute"]) if "recompute" in req.fix else None)
+        self.starts = plan_starts(req)
+        self.k = max(req.top, 1)
+        self.eff = _resolve_eff(None)  # what estimate_time(job) reads by default, resolved once
+        # bound and results
+        self.best: list[tuple] = []  # heap of the top-K distinct layouts by (-step time): the pruning bound
+        self.best_by_layout: dict[tuple, Candidate] = {}
+        self.per_layout: dict[tuple, float] = {}
+        self.closest: list[tuple[float, int, Job]] = []  # heap of (-overflow GiB, n, floor job): the closest misses
+        self.offload_queue: list[tuple[float, LayoutPoint, tuple[str, bool]]] = []
+        self.queue: list[tuple[float, int, LayoutPoint, tuple[str, bool], float]] = []  # pass 1 -> pass 2
+        self.rejected_rules: dict[str, int] = {}
+        self.notes: list[str] = []
+        # counters
+        self.searched = self.feasible = self.layouts = 0
+        self.pruned_mem = self.pruned_bound = self.rejected = 0
+        self._tie = itertools.count()
+        # memo tables of one search (identical values, fewer pydantic objects)
+        self._base_cache: dict[tuple, Features] = {}
+        self._state_cache: dict[tuple, float] = {}
+        self._feat_cache: dict[tuple, Features] = {}
+        self._mem_feats: dict[int, Features] = {}
+        self._canon: dict[Features, Features] = {}
+        self._layout_cache: dict[tuple, Layout] = {}
+        self._job_cache: dict[tuple, Job] = {}  # per (layout, Features instance); the instance check guards id reuse
+        self._time_cache: dict[tuple, Any] = {}
+        self._mem_cache: dict[tuple, list] = {}  # (device, peak) GiB per rank
+        self._fit_cache: dict[tuple, tuple[bool, Job]] = {}  # fits the headroom policy, and the job it was tested on
+        self._full_mem: dict[tuple, Any] = {}
+        self._overflow_rank: dict[tuple, int] = {}  # per layout: the rank that overflowed last (tested first next)
+        self._time_only = {f: False for f in TIME_ONLY_FEATURES}
+
+    # ----------------------------------------------------------------------------------------------------------
+    # the phases
+
+    def run(self) -> PlanResult:
+        """:meth:`pass_1`, :meth:`pass_2`, :meth:`offload_pass`, then the ranked result."""
+        self.pass_1()
+        self.pass_2()
+        self.offload_pass()
+        return self.result()
+
+    def pass_1(self) -> None:
+        """Model-state floor, then one priced base job per surviving layout (queued for :meth:`pass_2`)."""
+        req = self.req
+        part_i, part_n = req.partition
+        floor_rec = self.rec_opts[-1][1]
+        GiB = 1024.0**3
+        # share by (TP, CP, EP, ETP): per-layer work and model-state floors stay in one process
+        groups: dict[tuple, int] = {}
+        for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length,
+                                    self.limits):
+            if part_n > 1 and groups.setdefault((lp.tp, lp.cp, lp.ep, lp.etp), len(groups)) % part_n != part_i:
+                continue
+            self.layouts += 1
+            for mode in _state_modes(req, lp):  # (precision, Megatron-FSDP)
+                base = self.base_features(mode, lp)
+                # model state (weights + grads + optimizer) alone: no activation feature can go below it
+                skey = (mode, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
+                if skey not in self._state_cache:
+                    self._state_cache[skey] = max(weight_and_optimizer_bytes(self.job_of(lp, base))) / GiB
+                over = self._state_cache[skey] + self.headroom - self.capacity
+                if over > 0:
+                    self.pruned_mem += 1
+                    self.note_miss(over, self.job_of(lp, self.features(mode, lp, floor_rec)), lp, mode)
+                    continue
+                res = self.time_of(lp, self.features(mode, lp, {}))  # the base job (pass 2 prices it again)
+                self.queue.append((_walls_floor(res["walls"]), len(self.queue), lp, mode, _schedule_floor(res)))
+
+    def pass_2(self) -> None:
+        """Best-first by the variant floor: fit recompute (least first) and price the variants of each layout."""
+        floor_rank, floor_rec = self.rec_opts[-1]
+        queue = sorted(self.queue, key=lambda x: (x[0], x[1]))
+        for i, (floor, _, lp, mode, sched_floor) in enumerate(queue):
+            report(i, len(queue), "layouts")
+            if floor > self.kth_best():
+                self.pruned_bound += len(queue) - i
+                break
+            # the most memory-saving recompute allowed (pruning proof: see module docstring)
+            floor_feats = self.features(mode, lp, floor_rec)
+            if not self.fits(lp, floor_feats):
+                over = _fits_peaks(self.memory_of(lp, floor_feats), self.capacity, self.headroom)[1]
+                self.pruned_mem += 1
+                self.note_miss(over, self.job_of(lp, floor_feats), lp, mode)
+                continue
+            if self.schedule_bound and (sched_floor > self.kth_best() or self.ep_floor(lp, mode) > self.kth_best()):
+                # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip it
+                self.pruned_bound += 1
+                continue
+            for rank, rec in self.rec_opts:
+                if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
+                    continue
+                if rank and len(self.best) >= self.k:
+                    # recompute adds to the invariant walls: re-bound before pricing this layout's variants
+                    if _walls_floor(self.time_of(lp, self.features(mode, lp, rec))["walls"]) > self.kth_best():
+                        self.pruned_bound += 1
+                        break
+                    if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
+                        # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
+                        # on exactly as after pricing them: it stops if any of them fits
+                        self.pruned_bound += 1
+                        if self.consider(lp, mode, rank, rec, dry=True):
+                            break
+                        continue
+                if self.consider(lp, mode, rank, rec):
+                    break  # least recompute that fits wins; more recompute only adds time
+
+    def offload_pass(self) -> None:
+        """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256
+        closest misses, least recompute first."""
+        req = self.req
+        if self.best_by_layout or not req.allow_offload or not self.offload_queue or "offload" in req.fix:
+            return
+        self.notes.append("no layout fits without offloading; tried fine-grained activation and optimizer CPU "
+                          "offload on the 256 closest layouts")
+        off = {"fine_grained_activation_offloading": True,
+               "offload_modules": ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
+                                   "moe_act"),
+               "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0}
+        self.offload_queue.sort(key=lambda x: x[0])
+        for _, lp, mode in self.offload_queue[:256]:
+            for rank, rec in self.rec_opts:
+                if self.consider(lp, mode, 100 + rank, rec, off):
                     break
-            got = fit_cache[key] = (ok, job)
-        return got[0]
 
-    def full_memory_of(lp: LayoutPoint, feats: Features) -> Any:
-        """The itemised estimate of the job :func:`fits` tested, built for reported candidates only."""
-        key = mem_key(lp, feats)
-        got = full_mem.get(key)
-        if got is None:
-            fits(lp, feats)
-            got = full_mem[key] = estimate_memory(fit_cache[key][1])
-        return got
+    def result(self) -> PlanResult:
+        cands = sorted(self.best_by_layout.values(), key=Candidate.sort_key)
+        miss = [(-o, j) for o, _, j in sorted(self.closest, reverse=True)]
+        return PlanResult(self.req, cands[: max(self.req.top, 1)], self.searched, self.feasible,
+                          time.perf_counter() - self.t0, self.layouts, self.pruned_mem, self.pruned_bound,
+                          self.rejected, miss, self.notes, self.per_layout, self.rejected_rules, self.starts)
 
-    def ep_floor(lp: LayoutPoint, precision: tuple[str, bool], rec: dict | None = None) -> float:
-        """:func:`_schedule_floor` of the variants with recompute ``rec`` (default none) with the EP term of the
-        cheapest dispatcher (its dispatch/combine time does not depend on recompute, so the dispatchers are priced
-        without). The base job's own dispatcher is one of them, so its bound (already priced) is an upper limit: the
-        others are priced only when that one exceeds the k-th best (otherwise the minimum cannot either)."""
-        base = time_of(lp, features(precision, lp, rec or {}))
-        if _schedule_floor(base, [base]) <= kth_best():
-            return _schedule_floor(base)
-        return _schedule_floor(base, [time_of(lp, features(precision, lp, d)) for d in _dispatcher_variants(req, lp)])
-
-    def kth_best() -> float:
-        own = -best[0][0] if len(best) >= k else float("inf")
-        if _SHARED_BOUND is not None and part_n > 1:
-            shared = _SHARED_BOUND.value
-            if own < shared:
-                with _SHARED_BOUND.get_lock():
-                    _SHARED_BOUND.value = min(_SHARED_BOUND.value, own)
-            return min(own, shared)
-        return own
-
-    def note_miss(over: float, job: Job, lp: LayoutPoint, precision: str) -> None:
-        heapq.heappush(closest, (-over, next(tie), job))
-        if len(closest) > 5:
-            heapq.heappop(closest)
-        if req.allow_offload:
-            offload_queue.append((over, lp, precision))
-
-    def consider(lp: LayoutPoint, precision: str, rank: int, rec: dict, extra: dict | None = None,
+    def consider(self, lp: LayoutPoint, mode: tuple[str, bool], rank: int, rec: dict, extra: dict | None = None,
                  dry: bool = False) -> bool:
         """Price and record the feature variants of a layout with recompute ``rec``; True when any fits. ``dry``:
         only that answer (for an option none of whose variants could be recorded)."""
-        nonlocal searched, feasible, rejected
+        req = self.req
         upd = {**rec, **(extra or {})}
         any_ok = False
         lk = lp.key()
@@ -475,123 +510,165 @@ def plan(req: PlanRequest) -> PlanResult:
             for gr in _graph_variants(req, rec):
                 ok = None
                 for ov in _overlap_variants(req, lp, rec):
-                    feats = features(precision, lp, {**upd, **disp, **ov, **gr})
+                    feats = self.features(mode, lp, {**upd, **disp, **ov, **gr})
                     if ok is None:
-                        ok = fits(lp, feats)
+                        ok = self.fits(lp, feats)
                     if dry:
                         if ok:
                             return True
                         break
-                    searched += 1
+                    self.searched += 1
                     if not ok:
                         break
-                    job = job_of(lp, feats)
-                    step = time_of(lp, feats, job)["step"]  # = estimate_time(job).step_time_s
-                    feasible += 1
+                    job = self.job_of(lp, feats)
+                    step = self.time_of(lp, feats, job)["step"]  # = estimate_time(job).step_time_s
+                    self.feasible += 1
                     any_ok = True
-                    prev = best_by_layout.get(lk)
+                    prev = self.best_by_layout.get(lk)
                     # the checker runs only where the result could matter: a new best for this layout that can
                     # still enter the reported top-K (every reported candidate has passed it)
                     if prev is not None and step >= prev.step_time_s:
                         continue
-                    if step > kth_best() and not req.exact_ranking:
+                    if step > self.kth_best() and not req.exact_ranking:
                         continue
                     findings = check_job(job)
                     errors = [f for f in findings if str(f.severity).startswith("error")]
                     if errors:
-                        rejected += 1
+                        self.rejected += 1
                         for f in errors:
-                            rejected_rules[f.id] = rejected_rules.get(f.id, 0) + 1
+                            self.rejected_rules[f.id] = self.rejected_rules.get(f.id, 0) + 1
                         continue
-                    c = Candidate(job, lp, full_memory_of(lp, feats), estimate_time(job, eff), findings, rank)
-                    best_by_layout[lk] = c
-                    per_layout[lk] = step
-                    if prev is None:
-                        heapq.heappush(best, (-step, searched))
-                        if len(best) > k:
-                            heapq.heappop(best)
-                    if len(best_by_layout) >= 4096:  # bound memory: only the best few layouts can be reported
-                        keep = sorted(best_by_layout.values(), key=Candidate.sort_key)[: max(k, 64)]
-                        best_by_layout.clear()
-                        best_by_layout.update({x.layout.key(): x for x in keep})
+                    c = Candidate(job, lp, self.full_memory_of(lp, feats), estimate_time(job, self.eff), findings,
+                                  rank)
+                    self.record(lk, c, step, prev is None)
         return any_ok
 
-    floor_rank, floor_rec = rec_opts[-1]
-    # pass 1: model-state floor, then one priced base job per surviving layout
-    queue: list[tuple[float, int, LayoutPoint, tuple[str, bool], float]] = []
-    groups: dict[tuple, int] = {}  # share by (TP, CP, EP, ETP): per-layer work and model-state floors stay in one process
-    for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, limits):
-        if part_n > 1 and groups.setdefault((lp.tp, lp.cp, lp.ep, lp.etp), len(groups)) % part_n != part_i:
-            continue
-        layouts += 1
-        for precision in _state_modes(req, lp):  # (precision, Megatron-FSDP)
-            base = base_features(precision, lp)
-            # model state (weights + grads + optimizer) alone: no activation feature can go below it
-            skey = (precision, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
-            if skey not in state_cache:
-                state_cache[skey] = max(weight_and_optimizer_bytes(job_of(lp, base))) / GiB
-            over = state_cache[skey] + headroom - capacity
-            if over > 0:
-                pruned_mem += 1
-                note_miss(over, job_of(lp, features(precision, lp, floor_rec)), lp, precision)
-                continue
-            res = time_of(lp, features(precision, lp, {}))  # the base job (memoised: pass 2 prices it again)
-            queue.append((_walls_floor(res["walls"]), len(queue), lp, precision, _schedule_floor(res)))
-    # pass 2: best-first by the variant floor
-    queue.sort(key=lambda x: (x[0], x[1]))
-    from moetune.progress import report
+    def record(self, lk: tuple, c: Candidate, step: float, new_layout: bool) -> None:
+        """Keep ``c`` as the best of its layout; a new layout enters the top-K heap (the bound)."""
+        self.best_by_layout[lk] = c
+        self.per_layout[lk] = step
+        if new_layout:
+            heapq.heappush(self.best, (-step, self.searched))
+            if len(self.best) > self.k:
+                heapq.heappop(self.best)
+        if len(self.best_by_layout) >= 4096:  # bound memory: only the best few layouts can be reported
+            keep = sorted(self.best_by_layout.values(), key=Candidate.sort_key)[: max(self.k, 64)]
+            self.best_by_layout.clear()
+            self.best_by_layout.update({x.layout.key(): x for x in keep})
 
-    for i, (floor, _, lp, precision, sched_floor) in enumerate(queue):
-        report(i, len(queue), "layouts")
-        if floor > kth_best():
-            pruned_bound += len(queue) - i
-            break
-        # the most memory-saving recompute allowed (pruning proof: see module docstring)
-        floor_feats = features(precision, lp, floor_rec)
-        if not fits(lp, floor_feats):
-            over = _fits_peaks(memory_of(lp, floor_feats), capacity, headroom)[1]
-            pruned_mem += 1
-            note_miss(over, job_of(lp, floor_feats), lp, precision)
-            continue
-        if SCHEDULE_BOUND and not req.exact_ranking and (sched_floor > kth_best() or ep_floor(lp, precision) > kth_best()):
-            # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip its ladder
-            pruned_bound += 1
-            continue
-        for rank, rec in rec_opts:
-            if rank != floor_rank:
-                if not fits(lp, features(precision, lp, rec)):
-                    continue
-            if rank and len(best) >= k:
-                # recompute adds to the invariant walls: re-bound before pricing this layout's variants
-                if _walls_floor(time_of(lp, features(precision, lp, rec))["walls"]) > kth_best():
-                    pruned_bound += 1
+    # ----------------------------------------------------------------------------------------------------------
+    # bounds
+
+    def kth_best(self) -> float:
+        """The pruning bound: the k-th best step time of this share (inf until K layouts fit), tightened by the
+        other shares' (:class:`SharedBound`)."""
+        own = -self.best[0][0] if len(self.best) >= self.k else float("inf")
+        return self.shared.tighten(own)
+
+    def ep_floor(self, lp: LayoutPoint, mode: tuple[str, bool], rec: dict | None = None) -> float:
+        """:func:`_schedule_floor` of the variants with recompute ``rec`` (default none) with the EP term of the
+        cheapest dispatcher (its dispatch/combine time does not depend on recompute, so the dispatchers are priced
+        without). The base job's own dispatcher is one of them, so its bound (already priced) is an upper limit: the
+        others are priced only when that one exceeds the k-th best (otherwise the minimum cannot either)."""
+        base = self.time_of(lp, self.features(mode, lp, rec or {}))
+        if _schedule_floor(base, [base]) <= self.kth_best():
+            return _schedule_floor(base)
+        return _schedule_floor(base, [self.time_of(lp, self.features(mode, lp, d))
+                                      for d in _dispatcher_variants(self.req, lp)])
+
+    def note_miss(self, over: float, job: Job, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
+        heapq.heappush(self.closest, (-over, next(self._tie), job))
+        if len(self.closest) > 5:
+            heapq.heappop(self.closest)
+        if self.req.allow_offload:
+            self.offload_queue.append((over, lp, mode))
+
+    # ----------------------------------------------------------------------------------------------------------
+    # memoised builders and estimates (one search's lifetime)
+
+    def base_features(self, mode: tuple[str, bool], lp: LayoutPoint) -> Features:
+        key = (mode, lp.tp > 1)
+        got = self._base_cache.get(key)
+        if got is None:
+            got = self._base_cache[key] = _base_features(self.req.model, mode[0], lp, fsdp=mode[1],
+                                                         start=self.starts[mode[0]].features, fix=self.req.fix)
+        return got
+
+    def features(self, mode: tuple[str, bool], lp: LayoutPoint, update: dict) -> Features:
+        """``base_features(mode, lp).model_copy(update=update)``, one instance per distinct value."""
+        key = (mode, lp.tp > 1, tuple(update.items()))
+        got = self._feat_cache.get(key)
+        if got is None:
+            got = self.base_features(mode, lp).model_copy(update=update)
+            got = self._feat_cache[key] = self._canon.setdefault(got, got)
+        return got
+
+    def job_of(self, lp: LayoutPoint, feats: Features) -> Job:
+        lk = lp.key()
+        got = self._job_cache.get((lk, id(feats)))
+        if got is not None and got.features is feats:
+            return got
+        lay = self._layout_cache.get(lk)
+        if lay is None:
+            lay = self._layout_cache[lk] = _layout(lp)
+        req = self.req
+        got = self._job_cache[(lk, id(feats))] = Job(
+            model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
+            micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=lay, features=feats)
+        return got
+
+    def time_of(self, lp: LayoutPoint, feats: Features, job: Job | None = None) -> dict:
+        """step.estimate_walls of the job (step seconds and walls), memoised per (layout, Features instance)."""
+        key = (lp.key(), id(feats))
+        got = self._time_cache.get(key)
+        if got is None:
+            got = self._time_cache[key] = estimate_walls(job or self.job_of(lp, feats), self.eff)
+        return got
+
+    def mem_key(self, lp: LayoutPoint, feats: Features) -> tuple:
+        """Variants that differ only in time-only features (memory.TIME_ONLY_FEATURES) share a memory estimate."""
+        norm = self._mem_feats.get(id(feats))
+        if norm is None:
+            norm = feats.model_copy(update=self._time_only)
+            norm = self._mem_feats[id(feats)] = self._canon.setdefault(norm, norm)
+        return lp.key(), id(norm)
+
+    def memory_of(self, lp: LayoutPoint, feats: Features) -> list:
+        """(device, peak allocated) GiB of every rank: what the overflow of a miss reads (memory.device_peaks)."""
+        key = self.mem_key(lp, feats)
+        got = self._mem_cache.get(key)
+        if got is None:
+            got = self._mem_cache[key] = list(device_peaks(self.job_of(lp, feats)))
+        return got
+
+    def fits(self, lp: LayoutPoint, feats: Features) -> bool:
+        """``_fits_peaks(memory_of(lp, feats))[0]``, exactly: the most-loaded rank fits iff every rank fits (x + h - c
+        is monotone in x, also in floating point), so the ranks are priced one by one and the test stops at the first
+        that overflows (the one that overflowed last for this layout is tried first)."""
+        key = self.mem_key(lp, feats)
+        got = self._fit_cache.get(key)
+        if got is None:
+            job = self.job_of(lp, feats)
+            lk = lp.key()
+            first = self._overflow_rank.get(lk, 0)
+            order = [first, *(i for i in range(lp.pp) if i != first)]
+            ok = True
+            for i, peaks in zip(order, device_peaks(job, order), strict=True):
+                if not _fits_peaks([peaks], self.capacity, self.headroom)[0]:
+                    self._overflow_rank[lk] = i
+                    ok = False
                     break
-                if SCHEDULE_BOUND and not req.exact_ranking and ep_floor(lp, precision, rec) > kth_best():
-                    # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes on
-                    # exactly as after pricing them: it stops if any of them fits
-                    pruned_bound += 1
-                    if consider(lp, precision, rank, rec, dry=True):
-                        break
-                    continue
-            if consider(lp, precision, rank, rec):
-                break  # least recompute that fits wins; more recompute only adds time
-    notes: list[str] = []
-    if not best_by_layout and req.allow_offload and offload_queue and "offload" not in req.fix:
-        notes.append("no layout fits without offloading; tried fine-grained activation and optimizer CPU offload "
-                     "on the 256 closest layouts")
-        off = {"fine_grained_activation_offloading": True,
-               "offload_modules": ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
-                                   "moe_act"),
-               "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0}
-        offload_queue.sort(key=lambda x: x[0])
-        for _, lp, precision in offload_queue[:256]:
-            for rank, rec in rec_opts:
-                if consider(lp, precision, 100 + rank, rec, off):
-                    break
-    cands = sorted(best_by_layout.values(), key=Candidate.sort_key)
-    miss = [(-o, j) for o, _, j in sorted(closest, reverse=True)]
-    return PlanResult(req, cands[: max(req.top, 1)], searched, feasible, time.perf_counter() - t0, layouts,
-                      pruned_mem, pruned_bound, rejected, miss, notes, per_layout, rejected_rules, starts)
+            got = self._fit_cache[key] = (ok, job)
+        return got[0]
+
+    def full_memory_of(self, lp: LayoutPoint, feats: Features) -> Any:
+        """The itemised estimate of the job :meth:`fits` tested, built for reported candidates only."""
+        key = self.mem_key(lp, feats)
+        got = self._full_mem.get(key)
+        if got is None:
+            self.fits(lp, feats)
+            got = self._full_mem[key] = estimate_memory(self._fit_cache[key][1])
+        return got
 
 
 def plan_starts(req: PlanRequest) -> dict[str, Any]:
@@ -619,49 +696,43 @@ def _workers(req: PlanRequest) -> int:
     return min(2, os.cpu_count() or 1) if req.gpus >= 64 else 1
 
 
-#: the smallest k-th best step time any share of a parallel search has found (a shared double, set before fork):
-#: the global k-th best is at most each share's own, so pruning a share with this bound loses no global top-K member
-_SHARED_BOUND: Any = None
+def _plan_part(req: PlanRequest, i: int, n: int, shared: SharedBound, schedule_bound: bool) -> PlanResult:
+    return Search(replace(req, partition=(i, n), allow_offload=False), shared, schedule_bound).run()
 
 
-def _plan_part(req: PlanRequest, i: int, n: int) -> PlanResult:
-    return plan(replace(req, partition=(i, n), allow_offload=False))
-
-
-def _share_child(conn, req: PlanRequest, i: int, n: int) -> None:
+def _share_child(conn, req: PlanRequest, i: int, n: int, shared: SharedBound, schedule_bound: bool) -> None:
     """Body of a forked share: send (True, result) or (False, exception) back to the parent."""
     try:
-        conn.send((True, _plan_part(req, i, n)))
+        conn.send((True, _plan_part(req, i, n, shared, schedule_bound)))
     except BaseException as exc:  # noqa: BLE001 - re-raised in the parent
         conn.send((False, exc))
     finally:
         conn.close()
 
 
-def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
+def _plan_parallel(req: PlanRequest, n: int, schedule_bound: bool = True) -> PlanResult:
     """The same search over ``n`` shares of the enumerated layouts (interleaved (TP, CP, EP, ETP) groups, so that
     each process builds the per-layer work and model-state floors of its own groups only), merged.
 
     Exact: each share's search returns every layout of its share that can be in the global top-K (same proofs as
-    :func:`plan`, with the bound tightened to the smallest k-th best any share has found, :data:`_SHARED_BOUND`),
-    and the top-K of a union is the top-K of the shares' top-Ks. ``per_layout_best`` is the union of the shares'
-    (each layout is in one share) and, like the work counters, depends on how fast the shares tightened the bound;
-    the candidates do not. The closest misses are merged; offloading is tried - by the sequential search - only when
-    no share has a candidate, as in :func:`plan`.
+    :class:`Search`, with the bound tightened to the smallest k-th best any share has found, :class:`SharedBound`,
+    handed to every share), and the top-K of a union is the top-K of the shares' top-Ks. ``per_layout_best`` is the
+    union of the shares' (each layout is in one share) and, like the work counters, depends on how fast the shares
+    tightened the bound; the candidates do not. The closest misses are merged; offloading is tried - by the
+    sequential search - only when no share has a candidate, as in :class:`Search`.
     """
-    global _SHARED_BOUND
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("fork")
-    _SHARED_BOUND = ctx.Value("d", float("inf"))
+    shared = SharedBound(ctx.Value("d", float("inf")))
     children = []
     try:
         for i in range(1, n):  # shares 1..n-1 in forked children; share 0 here, with this process's caches
             recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_share_child, args=(send, req, i, n), daemon=True)
+            proc = ctx.Process(target=_share_child, args=(send, req, i, n, shared, schedule_bound), daemon=True)
             proc.start()
             send.close()
             children.append((proc, recv))
-        parts = [_plan_part(req, 0, n)]
+        parts = [_plan_part(req, 0, n, shared, schedule_bound)]
         for proc, recv in children:
             ok, payload = recv.recv()
             proc.join()
@@ -669,13 +740,12 @@ def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
                 raise payload
             parts.append(payload)
     finally:
-        _SHARED_BOUND = None
         for proc, _ in children:
             if proc.is_alive():
                 proc.terminate()
     cands = sorted((c for p in parts for c in p.candidates), key=Candidate.sort_key)
     if not cands and req.allow_offload:
-        return plan(replace(req, workers=1))
+        return Search(replace(req, workers=1), schedule_bound=schedule_bound).run()
     closest = sorted((m for p in parts for m in p.closest), key=lambda m: m[0])[:5]
     per_layout: dict[tuple, float] = {}
     for p in parts:
@@ -690,10 +760,6 @@ def _plan_parallel(req: PlanRequest, n: int) -> PlanResult:
                       sum(p.pruned_bound for p in parts), sum(p.rejected_by_check for p in parts), closest, notes,
                       per_layout, rules, parts[0].starts)
 
-
-#: skip the retuning of layouts (and recompute options) whose :func:`_schedule_floor` exceeds the k-th best; the
-#: result is the same either way (tests/test_plan_fastpath.py compares both), only the work differs
-SCHEDULE_BOUND = True
 
 #: walls that no enumerated feature variant (dispatcher, EP overlap, delayed wgrad, CUDA graphs, more recompute)
 #: can shorten: GEMM/attention compute (a flex dispatcher only takes SMs away), recompute (the ladder only adds),
@@ -725,8 +791,6 @@ def _schedule_floor(res: dict, by_dispatcher: list[dict] | None = None) -> float
     bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and the
     optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
     """
-    from moetune.perfmodel.schedule import pipeline_step
-
     m, pp, vpp = res["schedule"]
     per_stage = res["stage_floor"]
     if by_dispatcher:
