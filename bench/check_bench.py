@@ -9,8 +9,9 @@ import collections
 import time
 
 from moetune.catalog.recipes import list_recipes, recipe_config
+from moetune.io.check import check_config, check_job
 from moetune.io.config_to_job import job_from_config
-from moetune.rules import Env, check_config, check_job, load_rules
+from moetune.rules import Env, load_rules
 from moetune.rules.engine import gpu_key
 
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from conftest import DATA
+from moetune.catalog.hf import model_from_hf_config, model_from_hf_dict
 from moetune.catalog.models import get_model
 from moetune.errors import InputError
-from moetune.io.hf import model_from_hf_config, model_from_hf_dict
 from moetune.perfmodel.params import count_params
 
 PAIRS = {

@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import DATA, run_cli
+from moetune.catalog.hf import model_from_hf_config, model_from_hf_dict
 from moetune.cli import main
 from moetune.errors import InputError
-from moetune.io.hf import model_from_hf_config, model_from_hf_dict
 from moetune.perfmodel.params import count_params
 
 QWEN = json.loads((DATA / "models" / "hf_qwen3-30b-a3b.json").read_text())

@@ -2,7 +2,7 @@
 
 Every case builds the transformers config class of a MoE / hybrid family (class defaults shrunk to a small width,
 or variants that exercise each layer-pattern field), writes it as ``config.json`` would hold it (``to_dict``), reads
-that dict with :func:`moetune.io.hf.model_from_hf_dict`, and compares :func:`moetune.perfmodel.params.count_params`
+that dict with :func:`moetune.catalog.hf.model_from_hf_dict`, and compares :func:`moetune.perfmodel.params.count_params`
 (``total_without_mtp``: transformers does not build MTP layers) with ``AutoModelForCausalLM.from_config`` built on
 the meta device: its parameters plus the router's ``e_score_correction_bias`` buffers (the aux-loss-free expert
 bias, which the checkpoint stores and Megatron keeps as ``expert_bias``; the other buffers are rotary tables and
@@ -24,7 +24,7 @@ transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
 
-from moetune.io.hf import model_from_hf_dict  # noqa: E402
+from moetune.catalog.hf import model_from_hf_dict  # noqa: E402
 from moetune.perfmodel.params import count_params  # noqa: E402
 
 VOCAB = 6400  # multiple of 128, 1280 and 3200
@@ -136,7 +136,7 @@ def test_param_count_equals_transformers(case, model_type, over):
 
 
 def test_at_least_25_configs_and_every_family():
-    from moetune.io.hf_families import FAMILIES
+    from moetune.catalog.hf_families import FAMILIES
 
     assert len(CASES) >= 25
     tested = {mt for _, mt, _ in CASES}

@@ -7,9 +7,9 @@ import pytest
 from conftest import DATA
 from moetune.catalog.recipes import recipe_config
 from moetune.errors import InputError
+from moetune.io.check import check_config, check_job
 from moetune.io.config_to_job import job_from_config, job_to_config
 from moetune.io.megatron_args import read_megatron_args
-from moetune.rules import check_config, check_job
 from moetune.rules.engine import ERROR_SEVERITIES
 
 
@@ -65,7 +65,7 @@ def test_job_from_config_errors(cfg, needle):
 
 def test_bridge_overrides_round_trip_through_checker():
     from moetune.io.config_to_job import config_to_bridge_overrides
-    from moetune.io.overrides import apply_overrides
+    from moetune.overrides import apply_overrides
 
     cfg = recipe_config("deepseek_v3_pretrain_256gpu_b200_bf16_config")
     rebuilt = apply_overrides({"frontend": "bridge"}, config_to_bridge_overrides(cfg))

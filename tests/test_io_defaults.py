@@ -10,8 +10,8 @@ from conftest import DATA, run_cli
 from moetune.errors import InputError
 from moetune.io.bridge import load_bridge_dict, read_bridge_config
 from moetune.io.config_to_job import job_from_config, tokenizer_vocab
+from moetune.io.effective import effective_config
 from moetune.io.megatron_args import read_megatron_args
-from moetune.rules.effective import effective_config
 
 GOLDEN = DATA / "megatron_golden"
 

@@ -13,7 +13,7 @@ from moetune.errors import InputError
 from moetune.io.bridge import read_bridge_config
 from moetune.io.config_to_job import config_to_bridge_overrides, config_to_megatron_args
 from moetune.io.megatron_args import parse_moe_layer_freq, read_megatron_args
-from moetune.io.overrides import apply_overrides, format_value, parse_override, parse_value
+from moetune.overrides import apply_overrides, format_value, parse_override, parse_value
 
 
 def test_parse_override_values():

@@ -18,9 +18,9 @@ from moetune.catalog.recipes import list_recipes, recipe_config
 from moetune.catalog.systems import get_system
 from moetune.cli import app
 from moetune.errors import InputError
+from moetune.io.check import check_config
 from moetune.io.config_to_job import job_to_config
 from moetune.io.load import FIX_KEYS, FeatureChoices, JobFlags, choice_updates, fix_choices, load_job, parse_fix
-from moetune.rules import check_config
 from moetune.rules.engine import Env
 from moetune.spec.pipeline import stage_strings
 from moetune.spec.validate import layout_violation, world_size_violation

@@ -192,9 +192,11 @@ def test_more_pp_never_raises_per_rank_params(name, pp):
 
 
 def test_explain_workflow_order():
+    from moetune.plan.explain import explain_memory
+
     m = get_model("Qwen3-30B-A3B")
     j = job(m, gpus=16, layout=Layout(ep=16))
-    sug = mem.explain_memory(j)
+    sug = explain_memory(j)
     order = [s.action for s in sug]
     assert order[0] == "expandable_segments"
     assert all(s.frees_gib > 0 for s in sug)

@@ -10,12 +10,12 @@ import pytest
 from moetune.catalog.models import get_model
 from moetune.catalog.systems import get_system
 from moetune.io.bridge import read_bridge_config
+from moetune.io.check import check_config
 from moetune.io.config_to_job import job_to_config
 from moetune.io.megatron_args import read_megatron_args
 from moetune.perfmodel.memory import estimate_memory
 from moetune.plan.launch import launch_for
 from moetune.plan.search import PlanRequest, plan, request_headroom
-from moetune.rules import check_config
 
 
 def _req(**kw) -> PlanRequest:

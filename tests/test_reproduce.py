@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 from moetune.catalog.models import get_model
 from moetune.catalog.systems import get_system
 from moetune.cli import app
+from moetune.io.check import check_job
 from moetune.io.load import FeatureChoices, JobFlags, SplitFlags, load_job
 from moetune.perfmodel.memory import estimate_memory
 from moetune.plan.space import SpaceLimits, enumerate_layouts
-from moetune.rules import check_job
 
 RUNNER = CliRunner()
 

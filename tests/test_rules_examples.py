@@ -9,9 +9,10 @@ import copy
 
 import pytest
 
-from moetune.io.overrides import apply_overrides
-from moetune.rules import Env, check_config, load_rules
-from moetune.rules.effective import normalize_input, resolve_mixed_precision
+from moetune.io.check import check_config
+from moetune.io.effective import normalize_input, resolve_mixed_precision
+from moetune.overrides import apply_overrides
+from moetune.rules import Env, load_rules
 from moetune.rules.values import NO_FIX_RULES
 
 BASE: dict = {

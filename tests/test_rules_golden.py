@@ -8,8 +8,9 @@ import pytest
 
 from conftest import DATA
 from moetune.catalog.recipes import list_recipes, recipe_config
+from moetune.io.check import check_config
 from moetune.io.megatron_args import read_megatron_args
-from moetune.rules import Env, check_config
+from moetune.rules import Env
 from moetune.rules.engine import gpu_key
 
 RECIPES = list_recipes()

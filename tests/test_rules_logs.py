@@ -7,9 +7,10 @@ import re
 
 from conftest import DATA
 from moetune.catalog.recipes import get_recipe, recipe_config
+from moetune.io.check import check_config
 from moetune.io.megatron_args import read_megatron_args
-from moetune.io.overrides import apply_overrides
-from moetune.rules import Env, check_config
+from moetune.overrides import apply_overrides
+from moetune.rules import Env
 
 
 def _assertion(name: str) -> str:

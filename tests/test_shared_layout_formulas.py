@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from moetune.rules import check_config
+from moetune.io.check import check_config
 from moetune.spec.layout import Layout, bridge_default_etp
 from moetune.spec.pipeline import even_split_error, layout_contents_error, parse_pipeline_layout, uneven_split_error
 from moetune.spec.validate import min_world_size_of

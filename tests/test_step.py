@@ -11,8 +11,9 @@ from rich.console import Console
 
 from moetune.catalog.models import get_model
 from moetune.catalog.systems import get_system
+from moetune.commands.estimate import render_time
 from moetune.perfmodel.calibration import default_efficiency, precision_variants
-from moetune.perfmodel.step import WALL_ORDER, estimate_time, render_time
+from moetune.perfmodel.step import WALL_ORDER, estimate_time
 from moetune.spec.features import Features, parse_precision
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout

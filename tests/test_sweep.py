@@ -158,7 +158,8 @@ def test_replay_is_explicit_flag_in_help():
 
 
 def test_every_generated_config_passes_moetune_check(sweep_dir):
-    from moetune.rules import Env, check_config
+    from moetune.io.check import check_config
+    from moetune.rules import Env
 
     configs = sorted((sweep_dir / "runs").glob("*/config.yaml"))
     assert len(configs) == len(list((sweep_dir / "runs").glob("*/run.sbatch")))

@@ -1,7 +1,7 @@
 """Model catalog: one JSON file per model in ``catalog/models/`` (fields of :class:`moetune.spec.ModelArch`).
 
 Lookup is case-insensitive over names and aliases, ignoring spaces, '-', '_' and '.'; any path ending in ``.json``
-is read as a Hugging Face ``config.json``, and a folder as a snapshot holding one (see :mod:`moetune.io.hf`).
+is read as a Hugging Face ``config.json``, and a folder as a snapshot holding one (see :mod:`moetune.catalog.hf`).
 """
 
 from __future__ import annotations
@@ -62,9 +62,9 @@ def _looks_like_path(text: str) -> bool:
 def model_from_file(path: Path) -> ModelArch:
     """A model from a JSON file or a Hugging Face snapshot folder holding ``config.json``: a moetune model file
     (``ModelArch`` fields, as in ``catalog/models/``) or a Hugging Face ``config.json`` (one reader for both:
-    :func:`moetune.io.hf.read_config_json`)."""
+    :func:`moetune.catalog.hf.read_config_json`)."""
+    from moetune.catalog.hf import model_from_hf_dict, read_config_json, resolve_config_path
     from moetune.errors import validation_message
-    from moetune.io.hf import model_from_hf_dict, read_config_json, resolve_config_path
 
     p = resolve_config_path(path)
     data = read_config_json(p)

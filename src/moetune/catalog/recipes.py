@@ -124,7 +124,7 @@ def _catalog_arch(model: str) -> dict:
     """Architecture fields from moetune's model catalog when Bridge builds the model from a HF config."""
     try:
         from moetune.catalog.models import get_model
-        from moetune.io.config_to_job import arch_to_model_fields
+        from moetune.spec.model_fields import arch_to_model_fields
 
         return arch_to_model_fields(get_model(model))
     except Exception:  # noqa: BLE001 - not in the catalog: architecture stays unknown

@@ -41,8 +41,8 @@ def run_check(*, config_file: str | None = None, recipe: str | None = None, mega
               torch: str | None = None, te: str | None = None, mcore: str | None = None, bridge: str | None = None,
               env: dict[str, str] | None = None, fix: bool = False, with_mcore: bool = False) -> dict[str, Any]:
     """Everything ``moetune check`` prints, as a dict (``findings``, ``effective``; ``fix``/``mcore`` on request)."""
-    from moetune.io.overrides import apply_overrides, format_override
-    from moetune.rules import check_config, resolve_fixes
+    from moetune.io.check import check_config, resolve_fixes
+    from moetune.overrides import apply_overrides, format_override
     from moetune.rules.engine import Env, gpu_key, public_effective
 
     cfg = load_input(config_file, recipe, megatron_args)

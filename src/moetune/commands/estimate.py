@@ -19,12 +19,50 @@ from moetune.output import console, print_json, readable
 DEFAULT_SYSTEM = "DGX-H100"
 
 
-def _time_section(job, efficiency: str | None = None) -> tuple[Any, Any]:
-    try:
-        from moetune.perfmodel.step import estimate_time, render_time
-    except ImportError:
-        return None, None
-    return estimate_time(job, efficiency), render_time
+def render_time(est, console) -> None:
+    """Rich view: headline numbers, the walls as a stacked bar, and the dominant wall named."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from moetune.perfmodel.step import WALL_LABEL, WALL_ORDER
+
+    colors = {"compute": "green", "recompute": "yellow", "comm_tp": "cyan", "comm_cp": "bright_cyan",
+              "comm_ep": "magenta", "comm_pp": "blue", "comm_dp": "bright_blue", "pipeline_bubble": "white",
+              "host": "red", "optimizer": "bright_black"}
+    band = ""
+    if est.band is not None:
+        band = (f" ({100 * est.band.coverage:.0f} % band {est.band.lo_s:.3f}-{est.band.hi_s:.3f} s, "
+                f"{est.band.cls})")
+    console.print(f"[bold]Step time[/] {est.step_time_s:.3f} s{band}   "
+                  f"[bold]tokens/s/GPU[/] {est.tokens_per_s_per_gpu:,.0f}"
+                  f"   [bold]model TFLOP/s/GPU[/] {est.model_tflops_per_gpu:,.1f}   "
+                  + f"MFU {est.mfu['vs_bf16_peak'] * 100:.1f}% of BF16 peak"
+                  # the precision's own peak only when it is not the BF16 one (BF16/FP16 runs: said once)
+                  + (f", {est.mfu['vs_precision_peak'] * 100:.1f}% of {est.precision.upper()} peak"
+                     if est.precision not in ("bf16", "fp16") else ""))
+    width = 60
+    bar = Text()
+    for k in WALL_ORDER:
+        n = round(est.walls[k].share * width)
+        if n:
+            bar.append("█" * n, style=colors[k])
+    console.print(bar)
+    tab = Table(show_header=True, header_style="bold", box=None)
+    tab.add_column("wall")
+    tab.add_column("seconds", justify="right")
+    tab.add_column("share", justify="right")
+    for k in WALL_ORDER:
+        w = est.walls[k]
+        if w.seconds <= 0:
+            continue
+        tab.add_row(Text("■ ", style=colors[k]) + Text(WALL_LABEL[k]), f"{w.seconds:.3f}", f"{w.share * 100:.1f}%")
+    console.print(readable(tab, names=("wall",)))
+    console.print(f"Dominant wall: [bold]{WALL_LABEL[est.dominant_wall]}[/] "
+                  f"({est.walls[est.dominant_wall].share * 100:.0f}% of the step)")
+    if est.assumptions:
+        console.print("[dim]Assumptions:[/]")
+        for a in est.assumptions:
+            console.print(f"[dim]  - {a}[/]")
 
 
 def _launch(job) -> dict[str, Any]:
@@ -35,11 +73,9 @@ def _launch(job) -> dict[str, Any]:
     return {k: full[k] for k in ("recipe", "bridge_overrides_tuning", "bridge_overrides", "megatron_args", "env")}
 
 
-def _flops_per_token(job) -> float | None:
-    try:
-        from moetune.perfmodel.flops import flops_per_token
-    except ImportError:
-        return None
+def _flops_per_token(job) -> float:
+    from moetune.perfmodel.flops import flops_per_token
+
     return float(flops_per_token(job.model, job.seq_length, tp=job.layout.tp).total)
 
 
@@ -112,7 +148,9 @@ def run_estimate(fl, *, megatron_args: str | None = None, bridge_config: str | N
                  overrides: list[str] | None = None, explain: bool = False, efficiency: str | None = None):
     """Job, memory estimate, suggestions, time estimate and FLOPs/token of one estimate request."""
     from moetune.io.load import load_job
-    from moetune.perfmodel.memory import estimate_memory, explain_memory
+    from moetune.perfmodel.memory import estimate_memory
+    from moetune.perfmodel.step import estimate_time
+    from moetune.plan.explain import explain_memory
     from moetune.spec.validate import validate_job
 
     job = load_job(fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides or [])
@@ -125,8 +163,8 @@ def run_estimate(fl, *, megatron_args: str | None = None, bridge_config: str | N
         raise InputError(f"{job.system.name}: {bad_precision}", field="precision", value=job.features.precision)
     est = estimate_memory(job)
     suggestions = explain_memory(job, est) if explain else None
-    tim, render_time = _time_section(job, efficiency)
-    return job, est, suggestions, tim, render_time, _flops_per_token(job)
+    tim = estimate_time(job, efficiency)
+    return job, est, suggestions, tim, _flops_per_token(job)
 
 
 def register(app: typer.Typer) -> None:
@@ -200,18 +238,18 @@ def register(app: typer.Typer) -> None:
             recompute=recompute, offload=offload_modules, cuda_graph_scope=cuda_graph_scope,
             optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
             force_balance=force_balance, routing_imbalance=routing_imbalance)
-        job, est, suggestions, tim, render_time, flops = run_estimate(
+        job, est, suggestions, tim, flops = run_estimate(
             fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides, explain=explain,
             efficiency=efficiency)
         if json_out:
             out: dict[str, Any] = {
                 "job": job.model_dump(mode="json"),
                 "memory": est.to_dict(),
-                "time": tim.model_dump(mode="json") if tim is not None else None,
+                "time": tim.model_dump(mode="json"),
                 "flops_per_token": flops,
                 "launch": _launch(job),
                 "assumptions": list(dict.fromkeys([*job.assumptions, *est.assumptions,
-                                                   *(getattr(tim, "assumptions", None) or [])])),
+                                                   *tim.assumptions])),
             }
             if suggestions is not None:
                 out["explain"] = [dataclasses.asdict(s) for s in suggestions]
@@ -222,8 +260,7 @@ def register(app: typer.Typer) -> None:
                       f"EDP{job.edp}, GBS {job.global_batch_size} MBS {job.micro_batch_size} seq {job.seq_length}, "
                       f"{job.num_microbatches} microbatches, {job.features.precision}")
         render_memory(est, suggestions)
-        if tim is not None and render_time is not None:
-            render_time(tim, console)
+        render_time(tim, console)
         launch = _launch(job)
         console.print("Bridge overrides: " + " ".join(launch["bridge_overrides_tuning"]), soft_wrap=True,
                       markup=False, style="dim")

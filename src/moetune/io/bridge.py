@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from moetune.errors import InputError
-from moetune.io.overrides import apply_overrides
-from moetune.rules.effective import check_int_fields
+from moetune.io.effective import check_int_fields
+from moetune.overrides import apply_overrides
 
 #: ConfigContainer sections (megatron/bridge/training/config.py ``ConfigContainer``)
 SECTIONS = (
@@ -109,7 +109,7 @@ def unknown_field(cfg: dict, overrides: dict[str, str] | None = None, name: str 
 def check_override_fields(overrides: Iterable[str], name: str = "override") -> None:
     """Reject overrides of fields that do not exist (``model.no_such_field=1``) with the closest field; Hydra
     ``+key=value`` (explicitly adding a key) and ``~key`` deletions are exempt."""
-    from moetune.io.overrides import parse_override
+    from moetune.overrides import parse_override
 
     probe: dict[str, dict] = {}
     texts: dict[str, str] = {}

@@ -3,7 +3,7 @@
 * :func:`job_from_config` builds ``ModelArch`` (from model fields, or a catalog model), ``Layout`` and ``Features``
   from a config as the library sees it (after the effective-config replay); every default it fills in is listed in
   ``Job.assumptions``.
-* :func:`job_to_config` is the inverse used for the planner's launch output and for :func:`moetune.rules.check_job`.
+* :func:`job_to_config` is the inverse used for the planner's launch output and for :func:`moetune.io.check.check_job`.
 * :func:`config_to_megatron_args` / :func:`config_to_bridge_overrides` render a config so that it round-trips through
   :func:`moetune.io.megatron_args.read_megatron_args` / Hydra overrides.
 
@@ -16,9 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.errors import InputError
-from moetune.io.megatron_args import FLAGS
-from moetune.io.overrides import format_override, format_value
-from moetune.rules.effective import (
+from moetune.io.effective import (
     MODEL_DEFAULTS,
     MP_DDP_FIELDS,
     MP_MODEL_FIELDS,
@@ -26,10 +24,13 @@ from moetune.rules.effective import (
     OVERLAP_MODEL_FIELDS,
     effective_config,
 )
+from moetune.io.megatron_args import FLAGS
+from moetune.overrides import format_override, format_value
 from moetune.rules.engine import Env, gpu_key
 from moetune.spec import Features, Job, Layout, ModelArch, System
 from moetune.spec.features import BRIDGE_MIXED_PRECISION, PRECISION_ALIASES
 from moetune.spec.layout import bridge_default_etp
+from moetune.spec.model_fields import HYBRID_LAYER_SYMBOLS, arch_to_model_fields
 
 #: tokenizer vocab sizes when a config gives no vocab (Megatron-LM ``megatron/training/tokenizer``): GPT-2 BPE
 #: ``vocab.json`` has 50257 entries, the Llama-2 SentencePiece model 32000; ``NullTokenizer`` is ``--vocab-size`` + 1
@@ -38,7 +39,6 @@ TOKENIZER_VOCAB = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
 #: SentencePiece model files by basename -> pieces (NVIDIA ``nemotron_2_256k.model`` has 256000 pieces, as its name
 #: says; used by the Megatron-LM GPT/Mixtral release functional tests through ``GPTSentencePieceTokenizer``)
 SENTENCEPIECE_VOCAB = {"nemotron_2_256k.model": 256000}
-_HYBRID = {"M": ("M", "_"), "*": ("A", "_"), "E": ("_", "E"), "-": ("_", "D"), "G": ("G", "_")}
 
 
 def _precision(model: dict, mp: Any) -> str:
@@ -130,11 +130,11 @@ def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | N
             raise InputError(f"model.{req} missing: cannot build the model architecture (give it or --model NAME)")
     if pattern:
         pattern = str(pattern).replace("|", "").replace("/", "")
-        bad = set(pattern) - set(_HYBRID)
+        bad = set(pattern) - set(HYBRID_LAYER_SYMBOLS)
         if bad:
             raise InputError.bad_value("model.hybrid_layer_pattern", pattern, "chars M * E - G")
-        mixer = "".join(_HYBRID[ch][0] for ch in pattern)
-        mlp = "".join(_HYBRID[ch][1] for ch in pattern)
+        mixer = "".join(HYBRID_LAYER_SYMBOLS[ch][0] for ch in pattern)
+        mlp = "".join(HYBRID_LAYER_SYMBOLS[ch][1] for ch in pattern)
         nl = len(pattern)
     else:
         nl = int(m["num_layers"])
@@ -222,49 +222,6 @@ def arch_from_model_fields(m: dict, *, name: str = "config", tokenizer: dict | N
         from moetune.errors import validation_message
 
         raise InputError(f"model fields do not form a valid architecture: {validation_message(e)}") from None
-
-
-def arch_to_model_fields(arch: ModelArch) -> dict:
-    """Inverse of :func:`arch_from_model_fields` (``model.*`` fields of a ConfigContainer)."""
-    f: dict[str, Any] = {
-        "num_layers": arch.num_layers, "hidden_size": arch.hidden_size, "ffn_hidden_size": arch.ffn_hidden_size,
-        "num_attention_heads": arch.num_attention_heads, "num_query_groups": arch.num_query_groups,
-        "kv_channels": arch.kv_channels, "vocab_size": arch.vocab_size,
-        "make_vocab_size_divisible_by": arch.make_vocab_size_divisible_by,
-        "share_embeddings_and_output_weights": not arch.untie_embeddings_and_output_weights,
-        "gated_linear_unit": arch.gated_linear_unit, "normalization": arch.normalization,
-        "qk_layernorm": arch.qk_layernorm, "add_bias_linear": arch.add_bias_linear, "add_qkv_bias": arch.add_qkv_bias,
-        "activation_func": {"swiglu": "silu", "swiglu_clamped": "silu", "geglu": "gelu"}.get(arch.activation,
-                                                                                              arch.activation),
-    }
-    hybrid = any(c not in "AW" for c in arch.mixer_pattern) or "_" in arch.mlp_pattern
-    if hybrid:
-        inv = {v: k for k, v in _HYBRID.items()}
-        f["hybrid_layer_pattern"] = "".join(inv.get((a, b), "*") for a, b in zip(arch.mixer_pattern, arch.mlp_pattern,
-                                                                                  strict=True))
-        f["is_hybrid_model"] = True
-    if arch.multi_latent_attention:
-        f.update(multi_latent_attention=True, q_lora_rank=arch.q_lora_rank, kv_lora_rank=arch.kv_lora_rank,
-                 qk_head_dim=arch.qk_head_dim, qk_pos_emb_head_dim=arch.qk_pos_emb_head_dim,
-                 v_head_dim=arch.v_head_dim)
-    if arch.is_moe:
-        f.update(num_moe_experts=arch.num_moe_experts, moe_router_topk=arch.moe_router_topk,
-                 moe_ffn_hidden_size=arch.moe_ffn_hidden_size,
-                 moe_shared_expert_intermediate_size=arch.moe_shared_expert_intermediate_size,
-                 moe_router_num_groups=arch.moe_router_num_groups, moe_router_group_topk=arch.moe_router_group_topk,
-                 moe_latent_size=arch.moe_latent_size)
-        if arch.moe_router_score_function != "softmax":
-            f["moe_router_score_function"] = arch.moe_router_score_function
-        if not hybrid:
-            flags = [1 if c == "E" else 0 for c in arch.mlp_pattern]
-            f["moe_layer_freq"] = 1 if all(flags) else flags
-    if arch.mtp_num_layers:
-        f["mtp_num_layers"] = arch.mtp_num_layers
-    for k in ("mamba_state_dim", "mamba_head_dim", "mamba_num_heads", "mamba_num_groups", "linear_num_key_heads",
-              "linear_num_value_heads"):
-        if getattr(arch, k) is not None:
-            f[k] = getattr(arch, k)
-    return {k: v for k, v in f.items() if v is not None}
 
 
 def job_from_config(cfg: dict, *, system: str | System | None = None, gpus: int | None = None,
@@ -441,7 +398,7 @@ def _enum_name(v: Any) -> str | None:
 
 def _fraction(m: dict, key: str) -> float:
     """A dropout probability from ``model.<key>`` (MCore ``TransformerConfig`` default 0.1 is filled by
-    :func:`moetune.rules.effective.effective_config`)."""
+    :func:`moetune.io.effective.effective_config`)."""
     v = m.get(key)
     try:
         f = float(0.1 if v is None else v)
@@ -454,7 +411,7 @@ def _fraction(m: dict, key: str) -> float:
 
 def job_to_config(job: Job) -> dict:
     """Bridge-form nested config for a Job (``mixed_precision`` recipe fields, overlaps on ``comm_overlap``)."""
-    from moetune.rules.effective import resolve_mixed_precision
+    from moetune.io.effective import resolve_mixed_precision
 
     f, lay = job.features, job.layout
     model = arch_to_model_fields(job.model)
@@ -586,7 +543,7 @@ def _bridge_sections(cfg: dict) -> dict[str, dict]:
     """The model/optimizer/ddp sections of a Bridge config with the ``mixed_precision`` recipe and the
     ``comm_overlap`` section applied, as Bridge applies them before training (``mixed_precision.py``
     ``update_config_with_precision_overrides``, ``comm_overlap.py::CommOverlapConfig.setup``; one implementation:
-    :func:`moetune.rules.effective.effective_config`). Megatron-LM has neither section: each of those values is a
+    :func:`moetune.io.effective.effective_config`). Megatron-LM has neither section: each of those values is a
     flag on its own (``--bf16``, ``--fp8-format``/``--fp8-recipe``, ``--tp-comm-overlap``,
     ``--overlap-moe-expert-parallel-comm``, ``--delay-wgrad-compute``, ``--overlap-grad-reduce`` ...)."""
     secs = {k: dict(cfg.get(k) or {}) for k in ("model", "optimizer", "ddp")}

@@ -248,7 +248,7 @@ def library_features(model: ModelArch, precision: str) -> Features:
     for dense models (Bridge's dense perf recipes use the ``userbuffers_*_tp{2,4,8}`` configs of
     ``megatron/bridge/training/comm_overlap.py``; off in every MoE perf recipe). SP and TP overlap follow TP in
     :func:`adapt_features`."""
-    from moetune.rules.effective import resolve_mixed_precision
+    from moetune.io.effective import resolve_mixed_precision
 
     mp = resolve_mixed_precision(BRIDGE_MIXED_PRECISION[precision]) or {}
     return Features(precision=precision, fp8_param_gather=bool(mp.get("fp8_param_gather")),
@@ -284,7 +284,7 @@ def _recipe_job_cached(name: str, system: System | None, gpus: int | None, model
     ``model`` (None: the recipe's own)."""
     from moetune.catalog.recipes import recipe_config
     from moetune.io.config_to_job import job_from_config
-    from moetune.io.overrides import apply_overrides
+    from moetune.overrides import apply_overrides
 
     cfg = recipe_config(name)
     if overrides:
@@ -292,7 +292,7 @@ def _recipe_job_cached(name: str, system: System | None, gpus: int | None, model
 
         check_override_fields(list(overrides))  # unknown fields: Bridge rejects them, so do we
         cfg = apply_overrides(cfg, list(overrides))
-        from moetune.rules.effective import check_int_fields
+        from moetune.io.effective import check_int_fields
         from moetune.rules.values import first_impossible
 
         check_int_fields(cfg)

@@ -94,14 +94,6 @@ class MemoryEstimate:
         return asdict(self)
 
 
-@dataclass(slots=True)
-class Suggestion:
-    action: str  #: "expandable_segments" | "recompute" | "layout" | "offload"
-    detail: str
-    frees_gib: float
-    cost: str
-
-
 # --------------------------------------------------------------------------------------------------------------
 # model state
 # --------------------------------------------------------------------------------------------------------------
@@ -745,80 +737,3 @@ def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
     a.append("peak = model state + in-flight microbatch activations at the schedule's worst point + one layer's "
              "backward working set; NCCL/context/DeepEP are outside torch allocated")
     return a
-
-
-# --------------------------------------------------------------------------------------------------------------
-# --explain
-# --------------------------------------------------------------------------------------------------------------
-
-
-def explain_memory(job: Job, est: MemoryEstimate | None = None) -> list[Suggestion]:
-    """What would free the most memory next, in the workflow order (docs/domain.md §6.1, S:mem):
-    expandable_segments (when fragmentation is large), selective recompute modules ranked by GiB freed per relative
-    cost, layout changes (more PP / EP), offloading last. Each with the GiB it frees on the binding rank."""
-    est = est or estimate_memory(job)
-    b = est.binding_stage
-    base = est.stages[b]
-    f = job.features
-    out: list[Suggestion] = []
-    frag = base.components.get("fragmentation", 0.0)
-    gap_matters = frag >= const("explain_min_fragmentation_gib") or (
-        not est.fits and base.device_gib - frag <= est.capacity_gib - est.headroom_gib)
-    if not f.expandable_segments and gap_matters:
-        new = estimate_memory(job.with_(features=f.model_copy(update={"expandable_segments": True})))
-        out.append(Suggestion("expandable_segments", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-                              base.device_gib - new.stages[b].device_gib, "free (not with --use-nccl-ub)"))
-    if f.recompute_granularity != "full":
-        costs = const("recompute_relative_cost")
-        have = set(f.recompute_modules) if f.recompute_granularity == "selective" else set()
-        recs = []
-        for mod in act.RECOMPUTE_MODULES:
-            if mod in have:
-                continue
-            if mod == "mla_up_proj" and not job.model.multi_latent_attention:
-                continue
-            if mod in ("moe", "moe_act", "shared_experts") and not job.model.is_moe:
-                continue
-            if mod == "shared_experts" and not job.model.moe_shared_expert_intermediate_size:
-                continue
-            feat = f.model_copy(update={"recompute_granularity": "selective",
-                                        "recompute_modules": tuple(sorted(have | {mod}))})
-            new = estimate_memory(job.with_(features=feat))
-            freed = base.device_gib - new.stages[b].device_gib
-            if freed > 0.01:
-                recs.append((freed / costs.get(mod, 0.5), Suggestion(
-                    "recompute", f"add '{mod}' to recompute_modules", freed,
-                    f"~{costs.get(mod, 0.5):.0%} extra forward compute of the module")))
-        out.extend(s for _, s in sorted(recs, key=lambda x: -x[0]))
-    lay = job.layout
-    for label, change in (("pp", {"pp": lay.pp * 2}), ("ep", {"ep": lay.ep * 2})):
-        if label == "ep" and not job.model.is_moe:
-            continue
-        try:
-            from moetune.spec.validate import validate_job
-
-            j2 = job.with_(layout=lay.model_copy(update=change))
-            validate_job(j2)
-            new = estimate_memory(j2)
-        except Exception:  # noqa: BLE001 - an invalid neighbour layout is simply not suggested
-            continue
-        freed = base.device_gib - max(s.device_gib for s in new.stages)
-        if freed > 0.01:
-            out.append(Suggestion("layout", f"{label.upper()} {getattr(lay, label)} -> {change[label]}", freed,
-                                  "more pipeline bubble" if label == "pp" else "more all-to-all traffic"))
-    if job.model.is_moe and not f.fine_grained_activation_offloading and lay.pp >= 1:
-        feat = f.model_copy(update={"fine_grained_activation_offloading": True,
-                                    "offload_modules": ("expert_fc1", "moe_act")})
-        new = estimate_memory(job.with_(features=feat))
-        freed = base.device_gib - new.stages[b].device_gib
-        if freed > 0.01:
-            out.append(Suggestion("offload", "fine_grained_activation_offloading with offload_modules "
-                                  "[expert_fc1, moe_act]", freed, "~2 % throughput (S:wf), needs host bandwidth"))
-    if f.use_distributed_optimizer and not f.optimizer_cpu_offload:
-        feat = f.model_copy(update={"optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0})
-        new = estimate_memory(job.with_(features=feat))
-        freed = base.device_gib - new.stages[b].device_gib
-        if freed > 0.01:
-            out.append(Suggestion("offload", "optimizer_cpu_offload (fraction 1.0)", freed,
-                                  "0.1-0.2 s/iter on DSV3 (S:off); best on GB200 C2C"))
-    return out

@@ -29,12 +29,8 @@ TUNING_PREFIXES = ("pipeline_model_parallel_layout", "account_for_", "num_layers
 
 def launch_for(job: Job) -> dict[str, Any]:
     """Everything needed to launch ``job`` on Slurm (see module docstring)."""
-    from moetune.io.config_to_job import (
-        arch_to_model_fields,
-        config_to_bridge_overrides,
-        config_to_megatron_args,
-        job_to_config,
-    )
+    from moetune.io.config_to_job import config_to_bridge_overrides, config_to_megatron_args, job_to_config
+    from moetune.spec.model_fields import arch_to_model_fields
 
     cfg = job_to_config(job)
     recipe = _recipe_name(job)

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from moetune.io.check import check_job
 from moetune.perfmodel.memory import (
     TIME_ONLY_FEATURES,
     device_peaks,
@@ -39,7 +40,6 @@ from moetune.perfmodel.schedule import pipeline_step
 from moetune.perfmodel.step import _resolve_eff, estimate_time, estimate_walls
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
-from moetune.rules import check_job
 from moetune.spec.features import Features
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from moetune.io.overrides import get_path
+from moetune.overrides import get_path
 
 LIB_SEVERITIES = ("error", "error(rt)", "error(env)", "warning", "info")
 SEVERITIES = ("error", "error-at-build", "error-at-first-step", "depends-on-environment", "warning", "info")

@@ -90,7 +90,7 @@ def first_impossible(cfg: dict) -> str | None:
     (the nested dict of a Bridge YAML or Megatron-LM arguments), or None. Used at the entrances that build a job
     (``estimate --bridge-config / --megatron-args``), where an impossible value must stop the command instead of
     being replaced by a default; ``check`` reports the same rules as findings."""
-    from moetune.io.overrides import get_path
+    from moetune.overrides import get_path
 
     for rid, path, lo, _ in _FIELDS:
         x = _number(get_path(cfg, path))

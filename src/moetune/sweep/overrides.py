@@ -13,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from moetune.io.overrides import format_override
+from moetune.overrides import format_override
 
 #: layout key -> run_script flag (argument_parser.py); the pipeline layout has a long option only
 HARNESS_LAYOUT_FLAGS: dict[str, str] = {"tp": "-tp", "pp": "-pp", "vpp": "-vp", "cp": "-cp", "ep": "-ep", "etp": "-et"}

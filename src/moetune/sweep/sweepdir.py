@@ -224,9 +224,9 @@ def write_run(out: Path, contract: Contract, contract_sha: str, run: RunSpec, re
 
 
 def _checked(contract: Contract, runs: list[RunSpec]) -> tuple[list[RunSpec], list[dict[str, Any]]]:
-    """Run ``moetune check`` (``moetune.rules.check_job``) on every run: a retune candidate the checker rejects is
+    """Run ``moetune check`` (``moetune.io.check.check_job``) on every run: a retune candidate the checker rejects is
     dropped with its findings; a rejected baseline stops init (nothing is written)."""
-    from moetune.rules import check_job
+    from moetune.io.check import check_job
 
     kept, dropped = [], []
     for r in runs:

@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from moetune.catalog.hf import MAX_EXPERTS, MAX_LAYERS, MAX_VOCAB, Cfg
 from moetune.errors import InputError
-from moetune.io.hf import MAX_EXPERTS, MAX_LAYERS, MAX_VOCAB, Cfg
 
 Builder = Callable[[Cfg], dict[str, Any]]
 

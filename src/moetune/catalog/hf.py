@@ -1,7 +1,7 @@
 """Read a Hugging Face ``config.json`` (or a snapshot folder holding one) into a
 :class:`~moetune.spec.model.ModelArch`.
 
-This module reads and validates the file; :mod:`moetune.io.hf_families` maps each ``model_type`` that transformers
+This module reads and validates the file; :mod:`moetune.catalog.hf_families` maps each ``model_type`` that transformers
 ships with a MoE or hybrid decoder (the list is :data:`SUPPORTED_MODEL_TYPES`) to Megatron-Core field names, building
 the layer pattern exactly as the transformers model class does. The parameter count of the result equals the tensors
 ``AutoModelForCausalLM.from_config`` instantiates (parameters plus persistent buffers such as DeepSeek's
@@ -223,7 +223,7 @@ def _validate(kw: dict[str, Any], c: Cfg) -> None:
 
 def model_from_hf_dict(data: dict[str, Any], path: Path | str = "<config>") -> ModelArch:
     """A :class:`ModelArch` from an already-parsed HF config dict (see :func:`model_from_hf_config`)."""
-    from moetune.io.hf_families import builder_for  # the families module imports Cfg from here
+    from moetune.catalog.hf_families import builder_for  # the families module imports Cfg from here
 
     path = Path(path)
     if not isinstance(data, dict):
@@ -258,7 +258,7 @@ def model_from_hf_config(path: Path | str) -> ModelArch:
 
 def __getattr__(name: str) -> Any:  # SUPPORTED_MODEL_TYPES lives with the families; keep the old import path
     if name == "SUPPORTED_MODEL_TYPES":
-        from moetune.io.hf_families import SUPPORTED_MODEL_TYPES
+        from moetune.catalog.hf_families import SUPPORTED_MODEL_TYPES
 
         return SUPPORTED_MODEL_TYPES
     raise AttributeError(name)
