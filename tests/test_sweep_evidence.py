@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 import moetune.evidence.steady as steady
+import moetune.sweep.evidence as sweep_evidence
 from conftest import DATA
 from moetune.sweep.evidence import read_log_evidence
 
@@ -25,11 +26,11 @@ def test_median_not_mean_and_missing_median_is_none(shared_data, monkeypatch):
     def fake(rec, **kw):
         return dataclasses.replace(real(rec, **kw), tflops_per_gpu={"median": 50.0, "mean": 60.0, "source": "x"})
 
-    monkeypatch.setattr(steady, "summarize_run", fake)
+    monkeypatch.setattr(sweep_evidence, "summarize_run", fake)
     assert read_log_evidence(LOG, (1, 10**6))["tflops_per_gpu"] == 50.0
 
     def fake_none(rec, **kw):
         return dataclasses.replace(real(rec, **kw), tflops_per_gpu={"median": None, "mean": None, "source": None})
 
-    monkeypatch.setattr(steady, "summarize_run", fake_none)
+    monkeypatch.setattr(sweep_evidence, "summarize_run", fake_none)
     assert read_log_evidence(LOG, (1, 10**6))["tflops_per_gpu"] is None

@@ -27,7 +27,8 @@ except ImportError:  # pragma: no cover - older typer uses the click package its
     _USAGE_ERRORS = (click.exceptions.UsageError,)
     _CLICK_ERRORS = (click.ClickException,)
 _ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort))
-_EXIT = (click.exceptions.Exit, getattr(typer, "Exit", click.exceptions.Exit))
+#: the exceptions click and typer raise for a normal exit with a code (``typer.Exit``, ``--help``)
+EXIT_EXCEPTIONS = (click.exceptions.Exit, getattr(typer, "Exit", click.exceptions.Exit))
 
 app = typer.Typer(
     name="moetune",
@@ -55,13 +56,7 @@ COMMAND_MODULES = (
 )
 
 for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(f"moetune.commands.{_name}")
-    except ModuleNotFoundError as _exc:  # a command module not written yet
-        if _exc.name != f"moetune.commands.{_name}":
-            raise
-        continue
-    _mod.register(app)
+    importlib.import_module(f"moetune.commands.{_name}").register(app)
 
 
 def _version_info() -> dict[str, str]:
@@ -136,7 +131,7 @@ def main(argv: list[str] | None = None) -> None:
 
         with progress_on_stderr("moetune"):  # long work (the planner's search) shows a bar on a terminal's stderr
             rv = app(args=argv, standalone_mode=False)
-    except _EXIT as exc:
+    except EXIT_EXCEPTIONS as exc:
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)

@@ -499,7 +499,7 @@ def call(name: str, args: Mapping[str, Any] | None = None, *, root: str | Path |
     paths mean the same as on a command line started there). ``timeout_s``: the call stops at the next progress
     report after that many seconds (calls that report no progress finish).
     """
-    from moetune.cli import _EXIT, user_error
+    from moetune.cli import EXIT_EXCEPTIONS, user_error
 
     cmd = get_command(name)
     root_p = Path(root).resolve() if root is not None else None
@@ -518,7 +518,7 @@ def call(name: str, args: Mapping[str, Any] | None = None, *, root: str | Path |
             try:
                 rv = _root_command().main(args=argv, prog_name="moetune", standalone_mode=False)
                 code = rv if isinstance(rv, int) else 0
-            except _EXIT as exc:
+            except EXIT_EXCEPTIONS as exc:
                 code = exc.exit_code
             except OutputTooLarge as exc:
                 raise CommandError(f"`moetune {cmd.name}`: {exc}", 2, command=cmd.name) from None

@@ -38,13 +38,19 @@ def _expand(r: dict) -> dict:
     return {**r, "config": cfg, "env_vars": dict(blocks["env_vars"][r["env_vars"]])}
 
 
+def recipes_source() -> dict:
+    """Where the recipe catalog was extracted from (repository, commit, note)."""
+    return _data()["source"]
+
+
 def list_recipes() -> list[dict]:
     """Summary rows: name, model, task, gpus, system, gpu, precision, variant."""
     return [{k: r[k] for k in ("name", "model", "task", "gpus", "system", "gpu", "precision", "variant")}
             for r in _data()["recipes"]]
 
 
-def _norm(s: str) -> str:
+def name_key(s: str) -> str:
+    """A name as the recipe catalog compares names: lower case, without ``-``, ``_``, ``.`` and spaces."""
     return s.lower().replace("-", "").replace("_", "").replace(".", "").replace(" ", "")
 
 
@@ -66,9 +72,9 @@ def system_identity(name: str) -> str:
     from moetune.errors import InputError
 
     try:
-        return _norm(get_system(name).name)
+        return name_key(get_system(name).name)
     except (UnknownNameError, InputError):
-        return _norm(name)
+        return name_key(name)
 
 
 def find_recipe(model_name: str, system_name: str, gpus: int | None = None, precision: str | None = None,
@@ -76,15 +82,15 @@ def find_recipe(model_name: str, system_name: str, gpus: int | None = None, prec
     """Best matching recipe for a model on a system (GPU count / precision optional); None when there is none.
     The system matches by identity (:func:`system_identity` of the recipe's system or GPU), so a GB200 system never
     gets a B200 recipe."""
-    m, s = _norm(model_name), system_identity(system_name)
-    p = _norm(precision) if precision else None
+    m, s = name_key(model_name), system_identity(system_name)
+    p = name_key(precision) if precision else None
     cands = []
     for r in _data()["recipes"]:
-        if _norm(r["model"]) != m:
+        if name_key(r["model"]) != m:
             continue
         if s not in (system_identity(r["system"]), system_identity(r["gpu"])):
             continue
-        if p and p != _norm(r["precision"]):
+        if p and p != name_key(r["precision"]):
             continue
         if task and r["task"] != task:
             continue
@@ -122,12 +128,13 @@ def recipe_config(name: str) -> dict:
 
 def _catalog_arch(model: str) -> dict:
     """Architecture fields from moetune's model catalog when Bridge builds the model from a HF config."""
-    try:
-        from moetune.catalog.models import get_model
-        from moetune.spec.model_fields import arch_to_model_fields
+    from moetune.catalog.models import get_model
+    from moetune.errors import MoetuneError
+    from moetune.spec.model_fields import arch_to_model_fields
 
+    try:
         return arch_to_model_fields(get_model(model))
-    except Exception:  # noqa: BLE001 - not in the catalog: architecture stays unknown
+    except MoetuneError:  # not in the catalog: architecture stays unknown
         return {}
 
 

@@ -1,4 +1,4 @@
-"""``moetune estimate``: per-rank memory (and step time, when the time model is installed) of one training job.
+"""``moetune estimate``: per-rank memory and step time of one training job.
 
 The job comes from :func:`moetune.io.load.load_job` (the one loader): flags (catalog model + system + layout + the
 feature vocabulary shared with ``plan --fix``; features start from the Bridge perf recipe of the same model / system /

@@ -15,7 +15,7 @@ def select_recipes(*, model: str | None = None, system: str | None = None, gpus:
     """Summaries (:func:`moetune.catalog.recipes.recipe_summary`) of the recipes matching every filter given: the
     model by catalog identity (aliases resolved; a name outside the catalog matches the recipe's model name), the
     system by identity (a GB200 system never matches a B200 recipe), the precision by its canonical name."""
-    from moetune.catalog.recipes import _norm, list_recipes, recipe_summary, system_identity
+    from moetune.catalog.recipes import list_recipes, name_key, recipe_summary, system_identity
     from moetune.errors import InputError
     from moetune.io.load import RECIPE_PRECISION
     from moetune.spec.features import parse_precision
@@ -26,20 +26,20 @@ def select_recipes(*, model: str | None = None, system: str | None = None, gpus:
 
         try:
             arch = get_model(model)
-            names = {_norm(n) for n in (arch.name, *arch.aliases)}
+            names = {name_key(n) for n in (arch.name, *arch.aliases)}
         except InputError:
-            names = {_norm(model)}
+            names = {name_key(model)}
     sysid = None
     if system:
         from moetune.catalog.systems import get_system
 
-        sysid = _norm(get_system(system).name)
+        sysid = name_key(get_system(system).name)
     prec = RECIPE_PRECISION[parse_precision(precision)] if precision else None
     if gpus is not None and gpus < 1:
         raise InputError.bad_value("--gpus", gpus, "a positive integer")
     out = []
     for r in list_recipes():
-        if names is not None and _norm(r["model"]) not in names:
+        if names is not None and name_key(r["model"]) not in names:
             continue
         if sysid is not None and sysid not in (system_identity(r["system"]), system_identity(r["gpu"])):
             continue

@@ -24,9 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from moetune.errors import MoetuneError
 from moetune.evidence.contract import ContractCheck, check_contract, contract_fields, field_of_leaf
 from moetune.evidence.logs import RunRecord
+from moetune.evidence.record_job import job_for
 from moetune.evidence.steady import BOOTSTRAP_SEED, CONFIDENCE, steady_window
+from moetune.perfmodel.step import estimate_time
 
 BOOTSTRAP_RESAMPLES = 2000
 MAX_SAMPLES = 5000
@@ -84,63 +87,24 @@ def _side(rec: RunRecord, w) -> dict[str, Any]:
             "platform": rec.meta.get("platform"), "gpu": rec.meta.get("gpu")}
 
 
-def _unflatten(flat: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in flat.items():
-        sec, dot, leaf = k.partition(".")
-        if dot:
-            out.setdefault(sec, {})[leaf] = v
-        else:
-            out[k] = v
-    return out
-
-
-def _system_for(rec: RunRecord) -> str | None:
-    """Catalog system for the GPU a run record names (e.g. ``H100`` -> ``DGX-H100``), if any."""
-    gpu = str(rec.meta.get("gpu") or rec.config.get("gpu") or "").upper()
-    if not gpu:
-        return None
-    try:
-        from moetune.catalog.systems import list_systems
-
-        names = list_systems()
-    except Exception:  # noqa: BLE001 - catalog optional here
-        return None
-    for name in names:
-        n = str(getattr(name, "name", name))
-        if n.upper() in (f"DGX-{gpu}", f"{gpu}-NVL72"):
-            return n
-    return None
-
-
 def _predict(rec_a: RunRecord, rec_b: RunRecord, diffs: list[str], gpus: int | None
              ) -> tuple[dict[str, float], str]:
     """Predicted step-time change (percent) of each differing field alone, from moetune's step-time model
     (``moetune.perfmodel.step.estimate_time`` on the Job built by ``moetune.io.config_to_job.job_from_config``)."""
-    try:
-        from moetune.perfmodel.step import estimate_time
-    except Exception as exc:  # noqa: BLE001 - optional dependency (helper E's model)
-        return {}, f"step-time model unavailable ({type(exc).__name__})"
-    try:
-        from moetune.io.config_to_job import job_from_config
-    except Exception as exc:  # noqa: BLE001 - optional dependency (helper C's reader)
-        return {}, f"config-to-Job reader unavailable ({type(exc).__name__})"
     n = gpus or contract_fields(rec_a).get("gpus")
     if not n:
         return {}, "not ranked: GPU count unknown (pass --gpus to rank by predicted effect)"
-    system = _system_for(rec_a)
     try:
-        base = estimate_time(job_from_config(_unflatten(rec_a.config), gpus=int(n), system=system)).step_time_s
+        base = estimate_time(job_for(rec_a.config, rec_a, int(n))).step_time_s
         out: dict[str, float] = {}
         for key in rec_b.config:
             name = field_of_leaf(key.rsplit(".", 1)[-1])
             if name not in diffs or rec_a.config.get(key) == rec_b.config[key]:
                 continue
-            variant = _unflatten({**rec_a.config, key: rec_b.config[key]})
-            t = estimate_time(job_from_config(variant, gpus=int(n), system=system)).step_time_s
+            t = estimate_time(job_for({**rec_a.config, key: rec_b.config[key]}, rec_a, int(n))).step_time_s
             out[name] = out.get(name, 0.0) + (t / base - 1.0) * 100.0
         return out, "ranked by moetune's predicted step-time change of each difference alone"
-    except Exception as exc:  # noqa: BLE001 - logs rarely carry everything a Job needs
+    except (MoetuneError, ValueError) as exc:  # logs rarely carry everything a Job needs (ValueError: pydantic)
         return {}, f"not ranked: could not build a Job from the printed configuration ({exc})"[:240]
 
 

@@ -294,13 +294,10 @@ def match_assertion(message: str) -> AssertionPattern | None:
 
 
 def _rule_fix_text(rule_id: str) -> str | None:
-    """The rule's own text from ``moetune.rules`` when that module is installed (optional)."""
-    try:
-        from moetune.rules import load_rules
+    """The rule's own text from the rule registry (:func:`moetune.rules.load_rules`), None for an unknown id."""
+    from moetune.rules import load_rules
 
-        r = load_rules().get(rule_id)
-    except Exception:  # noqa: BLE001 - the rules module is optional here
-        return None
+    r = load_rules().get(rule_id)
     return getattr(r, "text", None) if r is not None else None
 
 

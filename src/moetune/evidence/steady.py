@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from moetune.errors import InputError
+from moetune.errors import InputError, MoetuneError
 from moetune.evidence.contract import contract_fields
 from moetune.evidence.logs.model import (
     FLAG_CHECKPOINT,
@@ -414,15 +414,14 @@ def model_tflops(rec: RunRecord, tokens_per_s_per_gpu: float, gpus: int) -> tupl
     describes (:func:`moetune.io.config_to_job.job_from_config`). None when either is unavailable."""
     if not rec.config:
         return None
-    try:
-        from moetune.evidence.compare import _system_for, _unflatten
-        from moetune.io.config_to_job import job_from_config
-        from moetune.perfmodel.flops import flops_per_token
+    from moetune.evidence.record_job import job_for
+    from moetune.perfmodel.flops import flops_per_token
 
-        job = job_from_config(_unflatten(rec.config), gpus=gpus, system=_system_for(rec))
-        fpt = flops_per_token(job.model, job.seq_length, job.layout.tp).total
-    except Exception:  # noqa: BLE001 - logs rarely print a complete model; optional modules
+    try:
+        job = job_for(rec.config, rec, gpus)
+    except (MoetuneError, ValueError):  # logs rarely print a complete model (ValueError: pydantic validation)
         return None
+    fpt = flops_per_token(job.model, job.seq_length, job.layout.tp).total
     return tokens_per_s_per_gpu * fpt / 1e12, "computed: tokens/s/GPU x model FLOPs/token (Bridge definition)"
 
 

@@ -471,8 +471,7 @@ def job_to_config(job: Job) -> dict:
             mp["num_layers_at_start_in_bf16"] = mp["num_layers_at_end_in_bf16"] = 0
     cfg: dict[str, Any] = {
         "frontend": "bridge",
-        "model": {k: v for k, v in model.items() if v is not None or k in ("moe_flex_dispatcher_backend",)
-                  and False},
+        "model": {k: v for k, v in model.items() if v is not None},
         "train": {"global_batch_size": job.global_batch_size, "micro_batch_size": job.micro_batch_size,
                   "manual_gc": f.manual_gc},
         "optimizer": {"optimizer": "adam", "use_distributed_optimizer": f.use_distributed_optimizer,

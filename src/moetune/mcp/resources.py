@@ -30,9 +30,9 @@ def _systems() -> Any:
 
 
 def _recipes() -> Any:
-    from moetune.catalog.recipes import _data, list_recipes
+    from moetune.catalog.recipes import list_recipes, recipes_source
 
-    return {"source": _data()["source"], "recipes": list_recipes()}
+    return {"source": recipes_source(), "recipes": list_recipes()}
 
 
 def _rules() -> Any:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from moetune.errors import MoetuneError
 from moetune.overrides import get_path
 
 LIB_SEVERITIES = ("error", "error(rt)", "error(env)", "warning", "info")
@@ -143,15 +144,15 @@ class Env:
         """Env from a catalog system name (GPU, node and NVLink-domain size from the system catalog when known)."""
         env = cls(gpus=gpus, system=system, **kw)
         if system:
-            try:
-                from moetune.catalog.systems import get_system
+            from moetune.catalog.systems import get_system
 
+            try:
                 sysobj = get_system(system)
                 env.system = sysobj.name
                 env.gpu = env.gpu or gpu_key(sysobj.gpu.name) or gpu_key(sysobj.name)
                 env.gpus_per_node = env.gpus_per_node or sysobj.gpus_per_node
                 env.nvlink_domain = env.nvlink_domain or sysobj.nvlink_domain
-            except Exception:  # noqa: BLE001 - unknown system: keep what the name tells
+            except MoetuneError:  # unknown system: keep what the name tells
                 env.gpu = env.gpu or gpu_key(system)
         return env
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from moetune.sweep.contract import file_sha256
 from moetune.sweep.evidence import (
-    EvidenceUnavailable,
     compare,
     peak_memory_gib,
     read_log_evidence,
@@ -139,8 +138,6 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
             log = read_log_evidence(logs[0], window, gpus=man["gpus"], seq_length=contract.shape.seq_length,
                                     global_batch_size=contract.shape.global_batch_size)
             checks.append(_check("log_present", PASS, logs[0].name))
-        except EvidenceUnavailable as exc:
-            checks.append(_check("log_present", UNVERIFIED, str(exc)))
         except Exception as exc:  # a reader error on this file rejects the run with the reader's message
             checks.append(_check("log_present", FAIL, f"{logs[0].name}: {' '.join(str(exc).split())[:200]}"))
     if log is not None:
@@ -208,8 +205,6 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
             trace = read_trace_evidence(traces)
             res["trace"] = {k: v for k, v in trace.items() if k != "report"}
             res["trace_report"] = trace["report"]
-        except EvidenceUnavailable as exc:
-            trace_error = str(exc)
         except Exception as exc:
             trace_error = f"trace unreadable: {' '.join(str(exc).split())[:200]}"
     intended = res["intended"]
@@ -247,9 +242,9 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
 def _model_tflops(contract, man: dict, tokens_per_s_per_gpu: float) -> float | None:
     """Model TFLOP/s/GPU = tokens/s/GPU x model FLOPs per token (Bridge ``num_floating_point_operations``
     definition, ``moetune.perfmodel.flops.flops_per_token``) / 1e12."""
-    try:
-        from moetune.perfmodel.flops import flops_per_token
+    from moetune.perfmodel.flops import flops_per_token
 
+    try:
         fpt = flops_per_token(contract.arch(), contract.shape.seq_length, tp=int(man["layout"].get("tp") or 1)).total
     except Exception:  # a model the FLOPs counter cannot describe: leave TFLOP/s unknown
         return None
@@ -290,9 +285,6 @@ def _ab(ref: dict, cand: dict) -> dict[str, Any]:
         return row
     try:
         cmp = compare(ref["_record"], cand["_record"], tuple(cand["window"]))
-    except EvidenceUnavailable as exc:
-        row.update(verdict="unavailable", reason=str(exc))
-        return row
     except Exception as exc:
         row.update(verdict="unavailable", reason=f"compare failed: {' '.join(str(exc).split())[:160]}")
         return row

@@ -1,9 +1,8 @@
-"""Adapter from a run directory to the evidence readers (helper F: ``moetune.evidence.read_run`` /
-``summarize_run`` / ``compare_runs``; helper G: ``moetune.evidence.traces.analyze_paths``).
+"""Adapter from a run directory to the evidence readers (``moetune.evidence.read_run`` / ``summarize_run`` /
+``compare_runs``; ``moetune.evidence.traces.analyze_paths``).
 
 No numbers are computed here beyond reading the readers' results into plain dicts: the steady-window statistics,
-loss health and noise bands are the readers' (one implementation each). When a reader is not installed the
-corresponding evidence is reported as unavailable with the reason, never faked.
+loss health and noise bands are the readers' (one implementation each).
 """
 
 from __future__ import annotations
@@ -15,12 +14,14 @@ from typing import Any
 
 import numpy as np
 
+from moetune.evidence.compare import compare_runs
+from moetune.evidence.contract import contract_fields
+from moetune.evidence.logs import read_run
+from moetune.evidence.steady import summarize_run
+from moetune.evidence.traces.analyze import analyze_paths
+
 LOG_SUFFIXES = (".log", ".txt", ".out", ".json")
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".pt.trace.json", ".csv.xz", ".parquet")
-
-
-class EvidenceUnavailable(RuntimeError):
-    """A reader this step needs is not installed; the message says which."""
 
 
 def as_dict(obj: Any) -> Any:
@@ -34,33 +35,6 @@ def as_dict(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [as_dict(v) for v in obj]
     return obj
-
-
-def _log_api():
-    try:
-        from moetune.evidence.logs import read_run
-        from moetune.evidence.steady import summarize_run
-    except ImportError as exc:
-        raise EvidenceUnavailable(f"log readers not available (moetune.evidence.read_run/summarize_run: {exc})") \
-            from None
-    return read_run, summarize_run
-
-
-def _compare_api():
-    try:
-        from moetune.evidence.compare import compare_runs
-    except ImportError as exc:
-        raise EvidenceUnavailable(f"A/B comparison not available (moetune.evidence.compare_runs: {exc})") from None
-    return compare_runs
-
-
-def _trace_api():
-    try:
-        from moetune.evidence.traces.analyze import analyze_paths
-    except ImportError as exc:
-        raise EvidenceUnavailable(f"trace analysis not available (moetune.evidence.traces.analyze_paths: {exc})") \
-            from None
-    return analyze_paths
 
 
 def run_logs(run_dir: Path) -> list[Path]:
@@ -95,9 +69,8 @@ def read_log_evidence(path: Path, window: tuple[int, int], *, gpus: int | None =
     ``gpus``/``seq_length``/``global_batch_size`` are what the run was launched with; they let the reader report
     tokens/s/GPU when the log omits them (golden-values JSON prints no batch shape). What the log itself states is
     read first (``observed``) so the contract check never sees the launch values."""
-    read_run, summarize_run = _log_api()
     rec = read_run(path)
-    observed = _contract_fields(rec)
+    observed = {k: v for k, v in contract_fields(rec).items() if v is not None}
     notes = []
     if global_batch_size and observed.get("global_batch_size") is None and isinstance(getattr(rec, "config", None),
                                                                                          dict):
@@ -141,15 +114,6 @@ def read_log_evidence(path: Path, window: tuple[int, int], *, gpus: int | None =
     }
 
 
-def _contract_fields(rec: Any) -> dict[str, Any]:
-    """The contract fields the log states (F's ``contract_fields``; None = not stated)."""
-    try:
-        from moetune.evidence.contract import contract_fields
-    except ImportError:
-        return {}
-    return {k: v for k, v in contract_fields(rec).items() if v is not None}
-
-
 def peak_memory_gib(mem: dict[str, Any]) -> float | None:
     """Largest peak reported in a ``logs`` memory section (GiB), whatever its nesting."""
     best = None
@@ -170,8 +134,7 @@ def peak_memory_gib(mem: dict[str, Any]) -> float | None:
 
 
 def read_trace_evidence(paths: list[Path]) -> dict[str, Any]:
-    """G's trace report as a dict, plus the dispatcher backends / graph / FP8 evidence it contains."""
-    analyze_paths = _trace_api()
+    """The trace report (:func:`moetune.evidence.traces.analyze.analyze_paths`) as a dict, plus the dispatcher backends / graph / FP8 evidence it contains."""
     rep = as_dict(analyze_paths([str(p) for p in paths]))
     ranks = rep.get("ranks") or []
     backends: set[str] = set()
@@ -191,6 +154,5 @@ def read_trace_evidence(paths: list[Path]) -> dict[str, Any]:
 
 
 def compare(a_record: Any, b_record: Any, window: tuple[int, int]) -> dict[str, Any]:
-    """F's A/B verdict ({verdict, delta_pct, ci_pct, contract}) of B against A."""
-    compare_runs = _compare_api()
+    """The A/B verdict (:func:`moetune.evidence.compare.compare_runs`) ({verdict, delta_pct, ci_pct, contract}) of B against A."""
     return as_dict(compare_runs(a_record, b_record, window_a=window, window_b=window))

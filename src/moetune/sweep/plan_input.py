@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from moetune.errors import InputError
+from moetune.errors import InputError, MoetuneError
 
 LAYOUT_FIELDS = ("tp", "pp", "vpp", "cp", "ep", "etp", "pipeline_layout")
 
@@ -149,11 +149,11 @@ def read_baseline(path: Path, *, system: str | None = None, gpus: int | None = N
            "global_batch_size": job.global_batch_size, "seq_length": job.seq_length,
            "precision": job.features.precision}
     arch = None
-    try:
-        from moetune.catalog.models import get_model
+    from moetune.catalog.models import get_model
 
+    try:
         get_model(job.model.name)
-    except Exception:
+    except MoetuneError:  # not a catalog model: the plan input carries its architecture
         arch = job.model.model_dump(mode="json")
     return PlanInput(request=req, candidates=[Candidate(0, layout, job.micro_batch_size, feats)], source=str(path),
                      model_arch=arch)

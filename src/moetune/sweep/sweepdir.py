@@ -59,13 +59,14 @@ def _features_with_defaults(feats: dict[str, Any]) -> dict[str, Any]:
 
 def _model_info(model: str, arch: dict[str, Any] | None = None) -> dict[str, Any]:
     info: dict[str, Any] = {"moe": True, "mla": False}
-    try:
-        from moetune.catalog.models import get_model
-        from moetune.spec.model import ModelArch
+    from moetune.catalog.models import get_model
+    from moetune.errors import MoetuneError
+    from moetune.spec.model import ModelArch
 
+    try:
         m = ModelArch.model_validate(arch) if arch else get_model(model)
         info.update(moe=m.is_moe, mla=m.multi_latent_attention, name=m.name)
-    except Exception:  # unknown model: keep generic MoE defaults, recorded as an assumption
+    except (MoetuneError, ValueError):  # unknown model (ValueError: an architecture pydantic rejects): keep generic MoE defaults, recorded as an assumption
         info["assumption"] = f"model {model!r} not in the catalog: generic MoE retune candidates"
     return info
 
