@@ -96,13 +96,22 @@ def test_cli_json_shape(cli):
 
 
 def test_impossible_request_explains_and_exits_1(cli):
-    r = cli("plan", "--model", "DeepSeek-V3", "--system", "DGX-H100", "--gpus", "8", "--gbs", "64", "--seq", "4096",
-            "--no-offload", "--json")
+    # above the memory floor (tests/test_plan_floor.py), so searched: the activations of 32k tokens without
+    # recompute overflow every layout
+    r = cli("plan", "--model", "Llama-3-8B", "--system", "DGX-H100", "--gpus", "8", "--gbs", "64", "--seq", "32768",
+            "--fix", "tp=1,cp=1", "--max-recompute", "none", "--no-offload", "--json")
     assert r.returncode == 1, r.stderr
     out = json.loads(r.stdout)
     assert out["candidates"] == []
     info = out["impossible"]
     assert info["closest"] and info["closest"][0]["over_gib"] > 0
+    assert any("recompute" in s or "offload" in s for s in info["what_would_fit"])
+    # below it: DeepSeek-V3 on 8 GPUs is answered by the floor, with more GPUs as the way out
+    r = cli("plan", "--model", "DeepSeek-V3", "--system", "DGX-H100", "--gpus", "8", "--gbs", "64", "--seq", "4096",
+            "--no-offload", "--json")
+    assert r.returncode == 1, r.stderr
+    info = json.loads(r.stdout)["impossible"]
+    assert "memory floor" in info["summary"] and info["memory_floor_gib"] > info["capacity_gib"]
     assert any("GPUs" in s or "offload" in s for s in info["what_would_fit"])
 
 

@@ -82,6 +82,9 @@ class PlanRequest:
     #: model / system / precision when one exists, a recipe name, or ``"none"`` (library defaults); the search
     #: replaces the dimensions it searches and keeps the recipe's other settings
     recipe: str | None = None
+    #: stop at the first configuration that fits (layouts visited best-first by their variant floor): whether
+    #: anything fits and an example, not the ranking (the "what would fit" suggestions)
+    first_fit: bool = False
 
 
 def request_headroom(req: PlanRequest) -> float:
@@ -131,6 +134,9 @@ class PlanResult:
     rejected_rules: dict[str, int] = field(default_factory=dict)
     #: per precision: where the features started (:class:`moetune.io.load.Start`: recipe name and notes)
     starts: dict[str, Any] = field(default_factory=dict)
+    #: the request's memory floor (:class:`moetune.plan.floor.MemoryFloor`) when it proved that nothing fits (no
+    #: search ran); None otherwise
+    memory_floor: Any = None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -163,6 +169,12 @@ SEARCH_RESET: dict[str, Any] = {
     "cuda_graph_impl": "none", "cuda_graph_scope": (),
     "fine_grained_activation_offloading": False, "offload_modules": (),
     "optimizer_cpu_offload": False, "optimizer_offload_fraction": 0.0,
+}
+#: the offloading the search tries when no layout fits without it (:meth:`Search.offload_pass`)
+OFFLOAD_UPDATES: dict[str, Any] = {
+    "fine_grained_activation_offloading": True,
+    "offload_modules": ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act"),
+    "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0,
 }
 #: ``--fix`` keys pinned once in the base features (the others select among the searched variants)
 _BASE_PINNED = ("tp_comm_overlap", "offload")
@@ -307,10 +319,59 @@ def plan(req: PlanRequest, *, schedule_bound: bool = True) -> PlanResult:
     :func:`_schedule_floor` exceeds the k-th best; the result is the same either way (tests/test_plan_fastpath.py
     compares both), only the work differs.
     """
+    t0 = time.perf_counter()
+    refuse_unsupported_precision(req)
+    starts = plan_starts(req)
+    floor = request_floor(req, starts)
+    if not floor.fits:
+        return _floor_result(req, floor, starts, t0)
     n_workers = _workers(req)
     if n_workers > 1:
-        return _plan_parallel(req, n_workers, schedule_bound=schedule_bound)
-    return Search(req, schedule_bound=schedule_bound).run()
+        return _plan_parallel(req, n_workers, schedule_bound=schedule_bound, starts=starts)
+    return Search(req, schedule_bound=schedule_bound, starts=starts).run()
+
+
+def refuse_unsupported_precision(req: PlanRequest) -> None:
+    """Raise :class:`moetune.errors.InputError` for a precision the GPU cannot run (PRC-008): every configuration
+    of it would be rejected by the checker, so no search could find one."""
+    from moetune.errors import InputError
+    from moetune.rules.precision import precision_unsupported
+
+    for p in req.precisions:
+        bad = precision_unsupported(p, req.system.gpu.name)
+        if bad:
+            raise InputError(f"{req.system.name}: {bad}", field="precision", value=p)
+
+
+def request_floor(req: PlanRequest, starts: dict[str, Any] | None = None):
+    """The request's :class:`moetune.plan.floor.MemoryFloor`: over every precision and state mode the search may
+    price (:func:`_state_modes` at PP 1 and DP > 1, with and without TP), their base features
+    (:func:`_base_features`) and, where the offload pass may run, its optimizer CPU offload (:data:`OFFLOAD_UPDATES`:
+    the searched dimensions change no other state bytes)."""
+    from moetune.plan.floor import memory_floor
+
+    starts = starts if starts is not None else plan_starts(req)
+    offload = req.allow_offload and "offload" not in req.fix
+    opt_off = {k: v for k, v in OFFLOAD_UPDATES.items() if k.startswith("optimizer_")}
+    feats: list[tuple[str, Features]] = []
+    for tp in (1, 2):  # sequence parallelism (and what depends on it) follows TP > 1 in the base features
+        lp = LayoutPoint(tp, 1, 1, 1, 1, 1, 1, 2, 2)
+        for precision, fsdp in _state_modes(req, lp):
+            f = _base_features(req.model, precision, lp, fsdp=fsdp, start=starts[precision].features, fix=req.fix)
+            mode = f"{precision}, {'Megatron-FSDP' if fsdp else 'distributed optimizer'}"
+            feats.append((mode, f))
+            if offload:
+                feats.append((mode + ", optimizer offloaded", f.model_copy(update=opt_off)))
+    return memory_floor(req, feats, request_headroom(req))
+
+
+def _floor_result(req: PlanRequest, floor: Any, starts: dict[str, Any], t0: float) -> PlanResult:
+    """The answer to a request whose memory floor does not fit: no candidate, no search, the floor in the notes."""
+    limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
+    layouts = sum(1 for _ in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size,
+                                               req.seq_length, limits))
+    return PlanResult(req, [], 0, 0, time.perf_counter() - t0, layouts, layouts, 0, 0, [], [floor.message()],
+                      starts=starts, memory_floor=floor)
 
 
 class SharedBound:
@@ -357,7 +418,8 @@ class Search:
     Features), memory peaks / fit verdicts / full estimates per (layout, memory-relevant Features)).
     """
 
-    def __init__(self, req: PlanRequest, shared: SharedBound | None = None, schedule_bound: bool = True) -> None:
+    def __init__(self, req: PlanRequest, shared: SharedBound | None = None, schedule_bound: bool = True,
+                 starts: dict[str, Any] | None = None) -> None:
         self.req = req
         self.shared = shared if shared is not None and req.partition[1] > 1 else SharedBound()
         self.schedule_bound = schedule_bound and not req.exact_ranking
@@ -367,7 +429,7 @@ class Search:
         self.limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
         self.rec_opts = _recompute_options(req.model, req.max_recompute,
                                            str(req.fix["recompute"]) if "recompute" in req.fix else None)
-        self.starts = plan_starts(req)
+        self.starts = starts if starts is not None else plan_starts(req)
         self.k = max(req.top, 1)
         self.eff = _resolve_eff(None)  # what estimate_time(job) reads by default, resolved once
         # bound and results
@@ -441,6 +503,8 @@ class Search:
         queue = sorted(self.queue, key=lambda x: (x[0], x[1]))
         for i, (floor, _, lp, mode, sched_floor) in enumerate(queue):
             report(i, len(queue), "layouts")
+            if self.req.first_fit and self.best_by_layout:
+                break
             if floor > self.kth_best():
                 self.pruned_bound += len(queue) - i
                 break
@@ -481,14 +545,10 @@ class Search:
             return
         self.notes.append("no layout fits without offloading; tried fine-grained activation and optimizer CPU "
                           "offload on the 256 closest layouts")
-        off = {"fine_grained_activation_offloading": True,
-               "offload_modules": ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1",
-                                   "moe_act"),
-               "optimizer_cpu_offload": True, "optimizer_offload_fraction": 1.0}
         self.offload_queue.sort(key=lambda x: x[0])
         for _, lp, mode in self.offload_queue[:256]:
             for rank, rec in self.rec_opts:
-                if self.consider(lp, mode, 100 + rank, rec, off):
+                if self.consider(lp, mode, 100 + rank, rec, OFFLOAD_UPDATES):
                     break
 
     def result(self) -> PlanResult:
@@ -661,6 +721,10 @@ class Search:
             got = self._fit_cache[key] = (ok, job)
         return got[0]
 
+    def tested_jobs(self) -> list[Job]:
+        """Every configuration whose memory fit this search has tested (each once)."""
+        return [job for _, job in self._fit_cache.values()]
+
     def full_memory_of(self, lp: LayoutPoint, feats: Features) -> Any:
         """The itemised estimate of the job :meth:`fits` tested, built for reported candidates only."""
         key = self.mem_key(lp, feats)
@@ -696,21 +760,24 @@ def _workers(req: PlanRequest) -> int:
     return min(2, os.cpu_count() or 1) if req.gpus >= 64 else 1
 
 
-def _plan_part(req: PlanRequest, i: int, n: int, shared: SharedBound, schedule_bound: bool) -> PlanResult:
-    return Search(replace(req, partition=(i, n), allow_offload=False), shared, schedule_bound).run()
+def _plan_part(req: PlanRequest, i: int, n: int, shared: SharedBound, schedule_bound: bool,
+               starts: dict[str, Any] | None) -> PlanResult:
+    return Search(replace(req, partition=(i, n), allow_offload=False), shared, schedule_bound, starts).run()
 
 
-def _share_child(conn, req: PlanRequest, i: int, n: int, shared: SharedBound, schedule_bound: bool) -> None:
+def _share_child(conn, req: PlanRequest, i: int, n: int, shared: SharedBound, schedule_bound: bool,
+                 starts: dict[str, Any] | None) -> None:
     """Body of a forked share: send (True, result) or (False, exception) back to the parent."""
     try:
-        conn.send((True, _plan_part(req, i, n, shared, schedule_bound)))
+        conn.send((True, _plan_part(req, i, n, shared, schedule_bound, starts)))
     except BaseException as exc:  # noqa: BLE001 - re-raised in the parent
         conn.send((False, exc))
     finally:
         conn.close()
 
 
-def _plan_parallel(req: PlanRequest, n: int, schedule_bound: bool = True) -> PlanResult:
+def _plan_parallel(req: PlanRequest, n: int, schedule_bound: bool = True,
+                   starts: dict[str, Any] | None = None) -> PlanResult:
     """The same search over ``n`` shares of the enumerated layouts (interleaved (TP, CP, EP, ETP) groups, so that
     each process builds the per-layer work and model-state floors of its own groups only), merged.
 
@@ -728,11 +795,12 @@ def _plan_parallel(req: PlanRequest, n: int, schedule_bound: bool = True) -> Pla
     try:
         for i in range(1, n):  # shares 1..n-1 in forked children; share 0 here, with this process's caches
             recv, send = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_share_child, args=(send, req, i, n, shared, schedule_bound), daemon=True)
+            proc = ctx.Process(target=_share_child, args=(send, req, i, n, shared, schedule_bound, starts),
+                               daemon=True)
             proc.start()
             send.close()
             children.append((proc, recv))
-        parts = [_plan_part(req, 0, n, shared, schedule_bound)]
+        parts = [_plan_part(req, 0, n, shared, schedule_bound, starts)]
         for proc, recv in children:
             ok, payload = recv.recv()
             proc.join()
@@ -745,7 +813,7 @@ def _plan_parallel(req: PlanRequest, n: int, schedule_bound: bool = True) -> Pla
                 proc.terminate()
     cands = sorted((c for p in parts for c in p.candidates), key=Candidate.sort_key)
     if not cands and req.allow_offload:
-        return Search(replace(req, workers=1), schedule_bound=schedule_bound).run()
+        return Search(replace(req, workers=1), schedule_bound=schedule_bound, starts=starts).run()
     closest = sorted((m for p in parts for m in p.closest), key=lambda m: m[0])[:5]
     per_layout: dict[tuple, float] = {}
     for p in parts:

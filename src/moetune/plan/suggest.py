@@ -35,6 +35,9 @@ def suggestions_for_impossible(res) -> dict[str, Any]:
                            f"(PP = 1, DP > 1); the request pins {pinned_mp or {'gpus': req.gpus}}")
         info["what_would_fit"].append("drop fsdp=1 from --fix, or pin pp=1 with it")
         return info
+    floor = getattr(res, "memory_floor", None)
+    if floor is not None:
+        return _floor_suggestions(res, floor, info)
     info["summary"] = (f"{res.layouts} layouts enumerated; none fits {req.system.gpu.hbm_gib:.1f} GiB with "
                        f"{request_headroom(req):.1f} GiB headroom")
     rules = getattr(res, "rejected_rules", None) or {}
@@ -59,21 +62,47 @@ def suggestions_for_impossible(res) -> dict[str, Any]:
         info["what_would_fit"].append("use MBS 1 (--mbs 1)")
     if req.fix:
         info["what_would_fit"].append(f"unpin --fix {req.fix}")
-    # more GPUs: the first multiple of the request that has a fitting layout
+    _more_gpus(req, info)
+    return info
+
+
+def _floor_suggestions(res, floor, info: dict[str, Any]) -> dict[str, Any]:
+    """A request whose memory floor (:mod:`moetune.plan.floor`) overflows: recompute and MBS cannot help, only more
+    GPUs, offloading or other pins."""
+    req = res.request
+    info["summary"] = floor.message()
+    info["memory_floor_gib"] = round(floor.gib, 2)
+    info["capacity_gib"] = floor.capacity_gib
+    if not req.allow_offload:
+        info["what_would_fit"].append("allow optimizer offloading (drop --no-offload)")
+    if req.fix:
+        info["what_would_fit"].append(f"unpin --fix {req.fix}")
+    _more_gpus(req, info, floor.min_gpus() or req.gpus)
+    return info
+
+
+def _more_gpus(req, info: dict[str, Any], at_least: int = 0) -> None:
+    """More GPUs: the first multiple of the request (2x, 4x, 8x, ... up to three searched) from ``at_least`` GPUs
+    that has a fitting layout (smaller multiples are answered by their memory floor without a search)."""
     from moetune.plan.search import plan
 
-    for mult in (2, 4, 8):
+    tried = 0
+    for mult in (2, 4, 8, 16, 32, 64):
         g = req.gpus * mult
+        if g < at_least:
+            continue
         sub = replace(req, gpus=g, global_batch_size=max(req.global_batch_size, g), top=1, explore_graphs=False,
-                      explore_overlap=False, dispatchers=req.dispatchers[:1])
+                      explore_overlap=False, dispatchers=req.dispatchers[:1], first_fit=True, workers=1)
         r = plan(sub)
         if r.candidates:
             c = r.candidates[0]
             info["what_would_fit"].append(
                 f"use {g} GPUs (e.g. {c.job.layout.short()} fits at "
                 f"{c.memory.peak_allocated_gib:.1f} GiB; GBS >= {sub.global_batch_size})")
-            break
-    return info
+            return
+        tried += 1
+        if tried >= 3:
+            return
 
 
 def _nearby_gpu_counts(g: int) -> list[int]:
