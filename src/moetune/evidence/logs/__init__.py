@@ -25,7 +25,7 @@ from moetune.evidence.logs.model import (
     TheoreticalMemory,
     TimerStat,
 )
-from moetune.evidence.logs.reader import _check_path, read_text_log
+from moetune.evidence.logs.reader import check_path, read_text_log
 
 __all__ = [
     "FLAG_NAMES",
@@ -64,7 +64,7 @@ def read_run(path: str | Path) -> RunRecord:
     diagnose); check :attr:`RunRecord.has_iterations`.
     """
     p = Path(path)
-    _check_path(p)
+    check_path(p)
     with open(p, "rb") as f:
         head = f.read(256).lstrip()
     if p.suffix.lower() == ".json" or head.startswith(b"{"):

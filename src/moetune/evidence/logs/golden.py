@@ -23,6 +23,7 @@ import orjson
 
 from moetune.errors import InputError
 from moetune.evidence.logs.model import FLAG_CHECKPOINT, FLAG_SEGMENT_START, MemoryReport, RunRecord
+from moetune.evidence.logs.values import flatten
 
 _PLATFORM = re.compile(r"golden_values_((?:dev|lts)_[\w\-]+?)\.json$|_golden(?:_((?:dev|lts)_[\w\-]+?))?\.json$")
 _METRIC_COLUMNS = {"lm loss": "loss", "iteration-time": "elapsed_s", "num-zeros": "num_zeros"}
@@ -143,13 +144,11 @@ def _index_row(path: Path) -> dict[str, Any]:
 
 
 def _read_config(cfg_path: Path) -> tuple[dict[str, Any], str]:
-    from moetune.evidence.logs.reader import _flatten
-
     try:
         from moetune.io.megatron_args import read_megatron_args
 
         cfg = read_megatron_args(cfg_path)
-        flat = _flatten({k: v for k, v in cfg.items() if k not in ("frontend",)})
+        flat = flatten({k: v for k, v in cfg.items() if k not in ("frontend",)})
         return flat, "megatron-model-config"
     except Exception:  # noqa: BLE001 - reader not installed or stricter than we need: fall back to raw flags
         pass

@@ -1,0 +1,132 @@
+"""The reader's bulk path gives exactly the record the per-line recogniser path gives.
+
+``read_text_log(path)`` sets complete iteration lines of known layouts aside for bulk parsing and only counts NCCL
+chatter past its evidence cap; ``read_text_log(path, bulk=False)`` sends every line through the recognisers. Both
+must produce the same RunRecord, bit for bit: on every real log in data/logs, on long repeats of them (so that batches
+fill and layouts repeat) and on generated mixes of their lines with rank prefixes, colour codes, carriage returns,
+terminal wrapping and truncation.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+import re
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import DATA
+from moetune.evidence.logs.fastpath import FLUSH_ROWS
+from moetune.evidence.logs.reader import read_text_log
+from moetune.evidence.logs.recognisers import RECORDS, SIGNALS
+
+LOGS = DATA / "logs"
+LOG_FILES = sorted(LOGS.glob("*.txt"))
+POOL = [ln for p in LOG_FILES for ln in p.read_text(errors="replace").splitlines()]
+_ITER = re.compile(r"iteration\s+\d+/")
+
+
+def _bits(a: np.ndarray) -> bytes:
+    a = np.asarray(a, dtype=np.float64).copy()
+    a[np.isnan(a)] = np.nan  # one NaN payload
+    return a.tobytes()
+
+
+def assert_same_record(a, b) -> None:
+    """Every field of two RunRecords, iteration and step-time columns compared bit for bit."""
+    for name in ("source", "lines", "bytes", "recognised_lines", "segments", "truncated_last_line", "memory_reports",
+                 "theoretical_memory", "parameter_counts", "timers", "config", "config_source", "versions", "events",
+                 "signals", "signal_counts", "restart_lines", "ranks_seen", "meta"):
+        assert getattr(a, name) == getattr(b, name), name
+    for tab in ("iterations", "step_time"):
+        ta, tb = getattr(a, tab), getattr(b, tab)
+        assert len(ta) == len(tb), tab
+        assert sorted(ta.extra_losses) == sorted(tb.extra_losses), tab
+        for c in (*ta.COLUMNS, *ta.extra_losses):
+            assert _bits(ta.col(c)) == _bits(tb.col(c)), f"{tab}.{c}"
+
+
+def check_both_paths(path) -> None:
+    fast, ref = read_text_log(path), read_text_log(path, bulk=False)
+    assert_same_record(fast, ref)
+
+
+@pytest.mark.parametrize("path", LOG_FILES, ids=lambda p: p.name)
+def test_real_logs(path):
+    check_both_paths(path)
+
+
+def _mix(rnd: random.Random, n_lines: int) -> list[str]:
+    """Lines drawn from the real logs, renumbered, some with rank prefixes, colour codes, CRs or wrapped."""
+    out = []
+    it = 0
+    for _ in range(n_lines):
+        ln = rnd.choice(POOL)
+        if _ITER.search(ln):
+            it += rnd.choice((1, 1, 1, 0, -3))
+            ln = _ITER.sub(f"iteration {max(it, 1):8d}/", ln)
+        r = rnd.random()
+        if r < 0.05:
+            ln = f"[rank{rnd.randrange(8)}]: {ln}"
+        elif r < 0.08:
+            ln = f"\x1b[32m{ln}\x1b[0m"
+        elif r < 0.10:
+            ln += "\r"
+        elif r < 0.13 and len(ln) > 50:
+            k = rnd.randrange(40, len(ln))
+            out.append(ln[:k])
+            ln = ln[k:]
+        out.append(ln)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_generated_mixes(tmp_path, seed):
+    rnd = random.Random(seed)
+    text = "\n".join(_mix(rnd, 4000)) + ("\n" if seed % 2 else "")
+    p = tmp_path / "mix.log"
+    if seed == 3:
+        p = tmp_path / "mix.log.gz"
+        p.write_bytes(gzip.compress(text.encode()))
+    else:
+        p.write_text(text)
+    check_both_paths(p)
+
+
+def test_long_repeats_fill_batches(tmp_path):
+    """Several batches of iteration lines of a few layouts, NCCL chatter past its cap, timer blocks, restarts."""
+    mlm = (LOGS / "log_iteration_1.txt").read_text().splitlines() + \
+        (LOGS / "log_regression_slowdown_1.txt").read_text().splitlines()
+    nccl = [ln for ln in (LOGS / "log_nccl_timeout_1.txt").read_text().splitlines() if "NCCL INFO" in ln]
+    timers = (LOGS / "log_timers_minmax_1.txt").read_text().splitlines()[6:9]
+    lines = []
+    for it in range(1, 2 * FLUSH_ROWS + 500):
+        lines.append(_ITER.sub(f"iteration {it % 9000 + 1:8d}/", mlm[it % len(mlm)]))
+        lines.append(f"[rank{it % 16}]: " + nccl[it % len(nccl)])
+        if it % 50 == 0:
+            lines.extend(timers)
+    p = tmp_path / "long.log"
+    p.write_text("\n".join(lines) + "\n")
+    fast = read_text_log(p)
+    assert len(fast.iterations) > FLUSH_ROWS and fast.segments > 1
+    assert_same_record(fast, read_text_log(p, bulk=False))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(POOL), min_size=1, max_size=80), st.integers(0, 2**16), st.booleans())
+def test_property_any_mix_of_real_lines(tmp_path, picked, seed, final_newline):
+    rnd = random.Random(seed)
+    lines = [_ITER.sub(f"iteration {i + 1:8d}/", ln) if rnd.random() < 0.7 else ln for i, ln in enumerate(picked)]
+    lines = lines * rnd.randint(1, 3)  # a layout is first seen by the general parser, then taken in bulk
+    p = tmp_path / "prop.log"
+    p.write_text("\n".join(lines) + ("\n" if final_newline else ""))
+    check_both_paths(p)
+
+
+def test_registry_names_are_unique_and_triggered():
+    names = [r.name for r in (*RECORDS, *SIGNALS)]
+    assert len(names) == len(set(names))
+    assert all(r.triggers for r in (*RECORDS, *SIGNALS) if r.name != "traceback_code")
