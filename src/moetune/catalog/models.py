@@ -7,18 +7,13 @@ is read as a Hugging Face ``config.json``, and a folder as a snapshot holding on
 from __future__ import annotations
 
 import json
-import re
 from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from moetune.catalog.names import normalize_name
 from moetune.errors import InputError, UnknownNameError
 from moetune.spec.model import ModelArch
-
-
-def normalize_name(name: str) -> str:
-    """Key for case- and punctuation-insensitive lookup: 'GPT OSS 120B' == 'gpt-oss-120b' == 'GPT_OSS_120B'."""
-    return re.sub(r"[\s\-_.()/]+", "", name.lower())
 
 
 @cache

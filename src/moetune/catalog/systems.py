@@ -8,10 +8,9 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-import yaml
 from pydantic import ValidationError
 
-from moetune.catalog.models import normalize_name
+from moetune.catalog.names import normalize_name
 from moetune.errors import InputError, UnknownNameError
 from moetune.spec.system import System
 
@@ -42,6 +41,8 @@ def list_systems() -> list[System]:
 
 def load_system_file(path: Path) -> System:
     """A custom system from YAML or JSON (same fields as the catalog files)."""
+    import yaml
+
     from moetune.files import read_text
 
     text = read_text(path, "a system YAML/JSON (fields of catalog/systems/*.json)")

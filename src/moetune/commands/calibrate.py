@@ -8,8 +8,6 @@ is the format of ``moetune/catalog/efficiency.yaml`` (the fit starts from the do
 ``MOETUNE_EFFICIENCY`` environment variable).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,7 +1,5 @@
 """``moetune catalog models|systems`` and ``moetune model show``: the embedded model and system catalogs."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

@@ -5,8 +5,6 @@ moetune job JSON, or ``--recipe NAME`` (embedded Bridge perf recipe); Hydra-styl
 Exit code 1 when an error finding remains, 0 otherwise, 2 for unreadable input.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated, Any
 

@@ -7,8 +7,6 @@ list / functional-test ``model_config.yaml`` (``--megatron-args``), or a Megatro
 Hydra-style overrides (``--bridge-config``).
 """
 
-from __future__ import annotations
-
 import dataclasses
 from typing import Annotated, Any
 

@@ -1,7 +1,5 @@
 """``moetune flops``: model FLOPs per token and per step, Megatron-Bridge's model-TFLOP/s definition."""
 
-from __future__ import annotations
-
 from dataclasses import asdict
 from typing import Annotated
 

@@ -1,8 +1,6 @@
 """``moetune layout``: DP / EDP / microbatches, minimum world size, both Parallel-Folding meshes and the NVLink
 crossing report for one parallel layout (optionally checked against a model and a batch shape)."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

@@ -8,8 +8,6 @@
   not_comparable with delta and bootstrap CI, the measurement-contract check and the config differences.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

@@ -1,7 +1,5 @@
 """``moetune mcp``: serve moetune's commands, catalogs and workflows to coding agents over MCP (stdio)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,7 +1,5 @@
 """``moetune plan``: the main job — which layouts and features fit and run fastest, with launchable output."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

@@ -1,8 +1,6 @@
 """``moetune recipes``: the Megatron-Bridge perf recipes moetune ships (:mod:`moetune.catalog.recipes`), with their
 layout and key features; any of them is an input to ``estimate --recipe``, ``plan --recipe`` and ``check --recipe``."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

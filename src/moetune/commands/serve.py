@@ -1,7 +1,5 @@
 """``moetune serve``: the local web page and JSON API (:mod:`moetune.web`; extra ``moetune[web]``)."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

@@ -1,7 +1,5 @@
 """``moetune sweep init|submit|status|collect`` and ``moetune report``."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

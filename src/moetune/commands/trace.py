@@ -1,7 +1,5 @@
 """``moetune trace PATH…`` (analyse profiler traces of one job) and ``moetune trace diff A B`` (matched A/B)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -22,13 +22,14 @@ the group size is 1, or ``W ≤ G``, or ``G % B == 0``. The enumeration and the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import product
 from typing import TYPE_CHECKING, Literal
-
-import numpy as np
 
 from moetune.errors import LayoutError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from moetune.spec.layout import Layout
 
 GroupKind = Literal["tp", "cp", "dp", "pp", "etp", "ep", "edp"]
@@ -110,11 +111,13 @@ def _check_order(order: str, layout: Layout, world_size: int | None) -> None:
         )
 
 
-def rank_groups(kind: GroupKind, layout: Layout, world_size: int, order: str = DEFAULT_ORDER) -> np.ndarray:
-    """All groups of one kind as an int array ``[num_groups, group_size]``, in ``RankGenerator.get_ranks`` order.
+def group_lists(kind: GroupKind, layout: Layout, world_size: int, order: str = DEFAULT_ORDER) -> list[list[int]]:
+    """All groups of one kind, each an ascending list of ranks, in ``RankGenerator.get_ranks`` order (pure Python:
+    ``moetune layout`` needs no numpy).
 
     ``order`` is Megatron's rank order: the default ``tp-cp-ep-dp-pp`` or ``tp-cp-ep-pp-dp``. PP groups come
-    from the dense generator (they coincide with the expert generator's in every legal configuration).
+    from the dense generator (they coincide with the expert generator's in every legal configuration). The groups
+    are the rows of ``arange(W).reshape(dims)`` with the group's axis moved last (module docstring).
     """
     _check_order(order, layout, world_size)
     s = _sizes(layout, world_size)
@@ -123,26 +126,32 @@ def rank_groups(kind: GroupKind, layout: Layout, world_size: int, order: str = D
             f"world size {world_size} is not divisible by TP*CP*PP = {s['tp'] * s['cp'] * s['pp']} and"
             f" ETP*EP*PP = {s['etp'] * s['ep'] * s['pp']} (PAR-001/PAR-002)"
         )
-    ranks = np.arange(world_size, dtype=np.int64)
     pp_last = order == DEFAULT_ORDER
     if kind in ("tp", "cp", "dp", "pp"):
-        if pp_last:  # C order, slowest first: pp, dp, cp, tp
-            arr = ranks.reshape(s["pp"], s["dp"], s["cp"], s["tp"])
-            axis = {"pp": 0, "dp": 1, "cp": 2, "tp": 3}[kind]
-        else:
-            arr = ranks.reshape(s["dp"], s["pp"], s["cp"], s["tp"])
-            axis = {"dp": 0, "pp": 1, "cp": 2, "tp": 3}[kind]
+        names = ("pp", "dp", "cp", "tp") if pp_last else ("dp", "pp", "cp", "tp")  # C order, slowest first
     elif kind in ("etp", "ep", "edp"):
-        if pp_last:
-            arr = ranks.reshape(s["pp"], s["edp"], s["ep"], s["etp"])
-            axis = {"edp": 1, "ep": 2, "etp": 3}[kind]
-        else:
-            arr = ranks.reshape(s["edp"], s["pp"], s["ep"], s["etp"])
-            axis = {"edp": 0, "ep": 2, "etp": 3}[kind]
+        names = ("pp", "edp", "ep", "etp") if pp_last else ("edp", "pp", "ep", "etp")
     else:
         raise ValueError(f"unknown group kind {kind!r}; expected one of {ALL_KINDS}")
-    size = arr.shape[axis]
-    return np.moveaxis(arr, axis, -1).reshape(-1, size)
+    dims = [s[n] for n in names]
+    strides = [1] * len(dims)
+    for i in range(len(dims) - 2, -1, -1):
+        strides[i] = strides[i + 1] * dims[i + 1]
+    axis = names.index(kind)
+    size, step = dims[axis], strides[axis]
+    others = [i for i in range(len(dims)) if i != axis]
+    out: list[list[int]] = []
+    for idx in product(*(range(dims[i]) for i in others)):
+        base = sum(j * strides[i] for i, j in zip(others, idx, strict=True))
+        out.append(list(range(base, base + size * step, step)))
+    return out
+
+
+def rank_groups(kind: GroupKind, layout: Layout, world_size: int, order: str = DEFAULT_ORDER) -> np.ndarray:
+    """:func:`group_lists` as an int array ``[num_groups, group_size]``."""
+    import numpy as np
+
+    return np.array(group_lists(kind, layout, world_size, order), dtype=np.int64)
 
 
 def _block(kind: GroupKind, layout: Layout, world_size: int | None, order: str = DEFAULT_ORDER) -> tuple[int, int]:
@@ -195,31 +204,30 @@ def groups_crossing_nvlink(
 ) -> list[GroupCrossing]:
     """Every group kind (TP, CP, EP, ETP as warnings; DP, EDP, PP informational) with groups spanning domains.
 
-    Enumerates the groups (:func:`rank_groups`) and tests ``r // nvlink_domain`` per group (TOPO-004). Pass the
+    Enumerates the groups (:func:`group_lists`) and tests ``r // nvlink_domain`` per group (TOPO-004). Pass the
     number of ranks the job really places per domain as ``nvlink_domain`` when it is fewer than the domain holds
     (e.g. 64 of an NVL72 rack).
     """
     out: list[GroupCrossing] = []
     for kind in kinds:
-        groups = rank_groups(kind, layout, world_size, order)
-        if groups.shape[1] == 1:
+        groups = group_lists(kind, layout, world_size, order)
+        if len(groups[0]) == 1:
             continue
-        dom = groups // nvlink_domain
-        crossing = dom.min(axis=1) != dom.max(axis=1)
-        n_cross = int(crossing.sum())
-        if not n_cross:
+        # rows are ascending: a group crosses iff its first and last ranks lie in different domains, and the
+        # distinct domains it touches = 1 + number of domain changes along the row
+        crossing = [g for g in groups if g[0] // nvlink_domain != g[-1] // nvlink_domain]
+        if not crossing:
             continue
-        # rows are ascending, so distinct domains per group = 1 + number of domain changes along the row
-        spans = int((np.diff(dom, axis=1) != 0).sum(axis=1).max()) + 1
-        first = groups[int(np.argmax(crossing))]
+        spans = 1 + max(sum(a // nvlink_domain != b // nvlink_domain for a, b in zip(g, g[1:], strict=False))
+                        for g in crossing)
         out.append(
             GroupCrossing(
                 kind=kind,
-                group_size=int(groups.shape[1]),
-                num_groups=int(groups.shape[0]),
-                num_crossing=n_cross,
-                max_domains_spanned=int(spans),
-                example=[int(r) for r in first],
+                group_size=len(groups[0]),
+                num_groups=len(groups),
+                num_crossing=len(crossing),
+                max_domains_spanned=spans,
+                example=list(crossing[0]),
                 severity="warning" if kind in HOT_KINDS else "info",
                 rule=_RULE[kind],
                 note=_WHAT[kind],
