@@ -436,7 +436,7 @@ class Search:
         self.best: list[tuple] = []  # heap of the top-K distinct layouts by (-step time): the pruning bound
         self.best_by_layout: dict[tuple, Candidate] = {}
         self.per_layout: dict[tuple, float] = {}
-        self.closest: list[tuple[float, int, Job]] = []  # heap of (-overflow GiB, n, floor job): the closest misses
+        self.closest: list[tuple] = []  # heap of (-overflow GiB, n, layout, mode): the closest misses
         self.offload_queue: list[tuple[float, LayoutPoint, tuple[str, bool]]] = []
         self.queue: list[tuple[float, int, LayoutPoint, tuple[str, bool], float]] = []  # pass 1 -> pass 2
         self.rejected_rules: dict[str, int] = {}
@@ -474,7 +474,6 @@ class Search:
         """Model-state floor, then one priced base job per surviving layout (queued for :meth:`pass_2`)."""
         req = self.req
         part_i, part_n = req.partition
-        floor_rec = self.rec_opts[-1][1]
         GiB = 1024.0**3
         # share by (TP, CP, EP, ETP): per-layer work and model-state floors stay in one process
         groups: dict[tuple, int] = {}
@@ -492,7 +491,7 @@ class Search:
                 over = self._state_cache[skey] + self.headroom - self.capacity
                 if over > 0:
                     self.pruned_mem += 1
-                    self.note_miss(over, self.job_of(lp, self.features(mode, lp, floor_rec)), lp, mode)
+                    self.note_miss(over, lp, mode)
                     continue
                 res = self.time_of(lp, self.features(mode, lp, {}))  # the base job (pass 2 prices it again)
                 self.queue.append((_walls_floor(res["walls"]), len(self.queue), lp, mode, _schedule_floor(res)))
@@ -513,7 +512,7 @@ class Search:
             if not self.fits(lp, floor_feats):
                 over = _fits_peaks(self.memory_of(lp, floor_feats), self.capacity, self.headroom)[1]
                 self.pruned_mem += 1
-                self.note_miss(over, self.job_of(lp, floor_feats), lp, mode)
+                self.note_miss(over, lp, mode)
                 continue
             if self.schedule_bound and (sched_floor > self.kth_best() or self.ep_floor(lp, mode) > self.kth_best()):
                 # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip it
@@ -553,7 +552,9 @@ class Search:
 
     def result(self) -> PlanResult:
         cands = sorted(self.best_by_layout.values(), key=Candidate.sort_key)
-        miss = [(-o, j) for o, _, j in sorted(self.closest, reverse=True)]
+        floor_rec = self.rec_opts[-1][1]
+        miss = [(-o, self.job_of(lp, self.features(mode, lp, floor_rec)))
+                for o, _, lp, mode in sorted(self.closest, reverse=True)]
         return PlanResult(self.req, cands[: max(self.req.top, 1)], self.searched, self.feasible,
                           time.perf_counter() - self.t0, self.layouts, self.pruned_mem, self.pruned_bound,
                           self.rejected, miss, self.notes, self.per_layout, self.rejected_rules, self.starts)
@@ -636,8 +637,10 @@ class Search:
         return _schedule_floor(base, [self.time_of(lp, self.features(mode, lp, d))
                                       for d in _dispatcher_variants(self.req, lp)])
 
-    def note_miss(self, over: float, job: Job, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
-        heapq.heappush(self.closest, (-over, next(self._tie), job))
+    def note_miss(self, over: float, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
+        """A layout whose most memory-saving recompute does not fit (by ``over`` GiB): one of the closest misses
+        (its job is built for the five kept, in :meth:`result`) and, where allowed, a layout to offload."""
+        heapq.heappush(self.closest, (-over, next(self._tie), lp, mode))
         if len(self.closest) > 5:
             heapq.heappop(self.closest)
         if self.req.allow_offload:
