@@ -19,6 +19,7 @@ from pathlib import Path
 
 from moetune.catalog.models import get_model
 from moetune.catalog.systems import get_system
+from moetune.commands import knobs
 from moetune.plan.search import PlanRequest, _workers, plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ def table() -> None:
           f"{'pruned(mem/bound/check)':>24} {'seconds':>8} {'cand/s':>8}  top-1")
     for model, system, gpus, gbs, seq, precs in CASES:
         req = PlanRequest(model=get_model(model), system=get_system(system), gpus=gpus, global_batch_size=gbs,
-                          seq_length=seq, precisions=precs, top=5)
+                          seq_length=seq, precisions=precs, top=5, workers=knobs.workers())
         t0 = time.perf_counter()
         res = plan(req)
         dt = time.perf_counter() - t0

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 from moetune.catalog.models import get_model
 from moetune.catalog.systems import get_system
+from moetune.commands import knobs
 from moetune.errors import MoetuneError
 from moetune.plan.search import PlanRequest, plan
 from moetune.spec.features import parse_precision
@@ -73,43 +73,32 @@ def plan_rows(rows: list[dict], eff_for_row=None, tag: str = "") -> list[tuple]:
     to price it with (None: the shipped catalog). Full searches are shared by rows with the same request."""
     seen: dict[tuple, dict] = {}
     out = []
-    old = os.environ.get("MOETUNE_EFFICIENCY")
-    try:
-        for r in rows:
-            setup, msg = _row_setup(r)
-            if setup is None:
-                out.append((r, None, msg))
-                continue
-            key, kw, pub = setup
-            eff_path = eff_for_row(r) if eff_for_row else old
-            if eff_path:
-                os.environ["MOETUNE_EFFICIENCY"] = eff_path
-            else:
-                os.environ.pop("MOETUNE_EFFICIENCY", None)
-            skey = (key, eff_path)
-            if skey not in seen:
-                req = PlanRequest(**kw)
-                seen[skey] = {"req": req, "res": plan(req)}
-            full = seen[skey]["res"]
-            fixed = plan(PlanRequest(**{**seen[skey]["req"].__dict__, "fix": pub, "top": 1}))
-            if not fixed.candidates:
-                out.append((r, None, "published layout NOT feasible in moetune"))
-                continue
-            pub_t = fixed.candidates[0].time.step_time_s
-            best = full.candidates[0].time.step_time_s if full.candidates else pub_t
-            times = sorted(full.per_layout_best.values())
-            rank = 1 + sum(1 for t in times if t < pub_t - 1e-12)
-            within = (pub_t - best) / pub_t if pub_t else 0.0
-            ok = rank <= 10 or within <= 0.05
-            out.append((r, {"rank": rank, "pub_t": pub_t, "best_t": best, "gap": within, "ok": ok,
-                            "top1": full.candidates[0].job.layout.short() if full.candidates else "-"}, ""))
-            print(f"progress{tag}: {len(out)} rows; last {r['model']} {r['system']} {kw['gpus']} {r['precision']} "
-                  f"rank {rank} gap {100 * within:.1f}%", file=sys.stderr, flush=True)
-    finally:
-        if old is None:
-            os.environ.pop("MOETUNE_EFFICIENCY", None)
-        else:
-            os.environ["MOETUNE_EFFICIENCY"] = old
+    for r in rows:
+        setup, msg = _row_setup(r)
+        if setup is None:
+            out.append((r, None, msg))
+            continue
+        key, kw, pub = setup
+        eff_path = eff_for_row(r) if eff_for_row else knobs.efficiency()
+        skey = (key, eff_path)
+        if skey not in seen:
+            req = PlanRequest(**kw, efficiency=eff_path)
+            seen[skey] = {"req": req, "res": plan(req)}
+        full = seen[skey]["res"]
+        fixed = plan(PlanRequest(**{**seen[skey]["req"].__dict__, "fix": pub, "top": 1}))
+        if not fixed.candidates:
+            out.append((r, None, "published layout NOT feasible in moetune"))
+            continue
+        pub_t = fixed.candidates[0].time.step_time_s
+        best = full.candidates[0].time.step_time_s if full.candidates else pub_t
+        times = sorted(full.per_layout_best.values())
+        rank = 1 + sum(1 for t in times if t < pub_t - 1e-12)
+        within = (pub_t - best) / pub_t if pub_t else 0.0
+        ok = rank <= 10 or within <= 0.05
+        out.append((r, {"rank": rank, "pub_t": pub_t, "best_t": best, "gap": within, "ok": ok,
+                        "top1": full.candidates[0].job.layout.short() if full.candidates else "-"}, ""))
+        print(f"progress{tag}: {len(out)} rows; last {r['model']} {r['system']} {kw['gpus']} {r['precision']} "
+              f"rank {rank} gap {100 * within:.1f}%", file=sys.stderr, flush=True)
     return out
 
 

@@ -119,10 +119,7 @@ def test_package_graph_is_acyclic():
 
 #: private names still imported across modules, each with the change that removes it (keep this list short)
 PRIVATE_IMPORTS_BEING_REMOVED = {
-    "moetune.evidence.logs:moetune.evidence.logs.reader._check_path",  # the log-reader split (issue 18 item 5)
-    "moetune.evidence.logs.golden:moetune.evidence.logs.reader._flatten",  # the log-reader split (issue 18 item 5)
     "moetune.perfmodel.step:moetune.perfmodel.memory._stages",  # the memo mechanism (issue 18 item 1)
-    "moetune.plan.search:moetune.perfmodel.step._resolve_eff",  # efficiency passed as a parameter (item 7)
 }
 
 
@@ -136,6 +133,9 @@ def test_no_private_name_imported_across_modules():
             bad += [f"{mod}:{line} imports {target}.{n}" for n in names if n.startswith("_") and not n.startswith("__")
                     and f"{mod}:{target}.{n}" not in PRIVATE_IMPORTS_BEING_REMOVED]
     assert not bad, "private names imported across modules:\n  " + "\n  ".join(bad)
+    seen = {f"{_module_name(p)[0]}:{t}.{n}" for p in ROOT.rglob("*.py") for t, names, _ in _imports(p) for n in names}
+    gone = PRIVATE_IMPORTS_BEING_REMOVED - seen
+    assert not gone, f"no longer imported, drop from PRIVATE_IMPORTS_BEING_REMOVED: {sorted(gone)}"
 
 
 def test_help_and_layout_import_no_heavy_modules():

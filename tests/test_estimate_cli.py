@@ -101,3 +101,17 @@ def test_bad_input_one_line_exit_2(args, needles):
 def test_config_plus_layout_flag_contradicts(shared_data):
     cfg = shared_data / "megatron_golden" / "case_gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed_config.yaml"
     _one_line_error(run_cli("estimate", "--megatron-args", str(cfg), "--gpus", "8", "--tp", "4"), "--tp")
+
+
+def test_efficiency_from_the_environment(tmp_path, monkeypatch):
+    """``$MOETUNE_EFFICIENCY`` (read by the command, passed to the time model) acts like ``--efficiency``."""
+    from moetune.perfmodel.calibration import default_efficiency, save_efficiency
+
+    p = tmp_path / "eff.yaml"
+    save_efficiency(default_efficiency().with_values({"hbm_eff": 0.2}), p)
+    args = ("--model", "Qwen3-30B-A3B", "--gpus", "16", "--gbs", "256", "--seq", "4096", "--ep", "16")
+    shipped = _json(*args)["time"]["step_time_s"]
+    flag = _json(*args, "--efficiency", str(p))["time"]["step_time_s"]
+    monkeypatch.setenv("MOETUNE_EFFICIENCY", str(p))
+    assert flag > shipped
+    assert _json(*args)["time"]["step_time_s"] == flag

@@ -138,8 +138,9 @@ def test_efficiency_file_and_env(tmp_path, monkeypatch):
     save_efficiency(eff, p)
     slow = estimate_time(qwen_job(), p)
     assert slow.step_time_s > estimate_time(qwen_job()).step_time_s
+    # the library reads no environment: $MOETUNE_EFFICIENCY is the commands' (tests/test_estimate_cli.py)
     monkeypatch.setenv("MOETUNE_EFFICIENCY", str(p))
-    assert estimate_time(qwen_job()).step_time_s == pytest.approx(slow.step_time_s)
+    assert estimate_time(qwen_job()).step_time_s < slow.step_time_s
 
 
 def test_routing_imbalance_and_unfused_attention_slow_the_step():

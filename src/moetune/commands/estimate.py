@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from moetune.commands import knobs
 from moetune.output import console, print_json, readable
 
 DEFAULT_SYSTEM = "DGX-H100"
@@ -238,7 +239,7 @@ def register(app: typer.Typer) -> None:
             force_balance=force_balance, routing_imbalance=routing_imbalance)
         job, est, suggestions, tim, flops = run_estimate(
             fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides, explain=explain,
-            efficiency=efficiency)
+            efficiency=efficiency or knobs.efficiency())
         if json_out:
             out: dict[str, Any] = {
                 "job": job.model_dump(mode="json"),

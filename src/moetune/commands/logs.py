@@ -143,6 +143,7 @@ def compare_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout")] = False,
 ) -> None:
     """Is B slower or faster than A, by how much, beyond noise, and which differences explain it."""
+    from moetune.commands import knobs
     from moetune.evidence.compare import compare_runs
     from moetune.evidence.logs import read_run
     from moetune.evidence.steady import parse_window
@@ -159,7 +160,7 @@ def compare_cmd(
         from moetune.perfmodel.uncertainty import predicted_band_from_file
 
         pred = predicted_band_from_file(predicted)
-    c = compare_runs(ra, rb, window_a=wa, window_b=wb, gpus=gpus)
+    c = compare_runs(ra, rb, window_a=wa, window_b=wb, gpus=gpus, efficiency=knobs.efficiency())
     if pred is not None:
         meas = c.b.get("median_s")
         pred["measured_s"] = meas

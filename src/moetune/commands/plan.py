@@ -4,6 +4,7 @@ from typing import Annotated, Any
 
 import typer
 
+from moetune.commands import knobs
 from moetune.errors import InputError
 from moetune.output import console, err_console, print_json
 
@@ -147,7 +148,7 @@ def register(app: typer.Typer) -> None:
             model=model_arch, system=system_obj, gpus=int(vals["gpus"]),
             global_batch_size=int(vals["gbs"]), seq_length=int(vals["seq"]), precisions=precs, mbs_options=mbs_opts,
             fix=fixd, dispatchers=disp, max_recompute=max_recompute, min_headroom_gib=min_headroom_gib,
-            top=top, allow_offload=not no_offload, recipe=recipe,
+            top=top, allow_offload=not no_offload, recipe=recipe, workers=knobs.workers(), efficiency=knobs.efficiency(),
         )
         res = plan(req)  # progress: moetune.progress.report, rendered on stderr by the console script
         if not res.candidates:

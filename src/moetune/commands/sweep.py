@@ -127,9 +127,10 @@ def status_cmd(directory: Annotated[Path, typer.Argument()],
 def collect_cmd(directory: Annotated[Path, typer.Argument()],
                 json_out: Annotated[bool, typer.Option("--json")] = False) -> None:
     """Parse logs/traces, apply acceptance, pick winners, write collect/results.json and collect/calibration.csv."""
+    from moetune.commands import knobs
     from moetune.sweep.collect import collect_sweep
 
-    res = collect_sweep(directory)
+    res = collect_sweep(directory, efficiency=knobs.efficiency(), trace_workers=knobs.trace_workers())
     if json_out:
         print_json(res)
         return
@@ -153,10 +154,11 @@ def report_cmd(
 ) -> None:
     """Report with plots: memory per stage, time per wall, throughput vs headroom, predicted vs measured, A/B,
     evidence bundle."""
+    from moetune.commands import knobs
     from moetune.report.data import load_report_input
     from moetune.report.render import render_html, render_markdown
 
-    data = load_report_input(source)
+    data = load_report_input(source, efficiency=knobs.efficiency(), trace_workers=knobs.trace_workers())
     written = {}
     if html_out is None and md_out is None:
         text = render_markdown(data)

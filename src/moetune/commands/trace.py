@@ -136,21 +136,22 @@ def register(app: typer.Typer) -> None:
         """Analyse PyTorch-profiler (Kineto JSON/.json.gz) or Nsight Systems (SQLite, recipe CSV/parquet) traces:
         hidden vs exposed communication, idle split, dominant wall, features, stragglers.
         `moetune trace diff A B` compares two runs (A = baseline)."""
+        from moetune.commands import knobs
         from moetune.evidence.traces.analyze import analyze_paths
         from moetune.evidence.traces.diff import diff_reports
 
         if paths and paths[0] == "diff" and not (len(paths) != 3 and Path("diff").exists()):
             if len(paths) != 3:
                 raise InputError.bad_value("trace diff", " ".join(paths[1:]), "exactly two paths: A B")
-            a = analyze_paths([paths[1]], taxonomy)
-            b = analyze_paths([paths[2]], taxonomy)
+            a = analyze_paths([paths[1]], taxonomy, workers=knobs.trace_workers())
+            b = analyze_paths([paths[2]], taxonomy, workers=knobs.trace_workers())
             d = diff_reports(a, b)
             if json_out:
                 print_json(d)
             else:
                 _show_diff(d)
             return
-        rep = analyze_paths(paths, taxonomy)
+        rep = analyze_paths(paths, taxonomy, workers=knobs.trace_workers())
         if json_out:
             print_json(rep)
         else:

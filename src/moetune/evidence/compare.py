@@ -87,7 +87,7 @@ def _side(rec: RunRecord, w) -> dict[str, Any]:
             "platform": rec.meta.get("platform"), "gpu": rec.meta.get("gpu")}
 
 
-def _predict(rec_a: RunRecord, rec_b: RunRecord, diffs: list[str], gpus: int | None
+def _predict(rec_a: RunRecord, rec_b: RunRecord, diffs: list[str], gpus: int | None, efficiency: Any = None
              ) -> tuple[dict[str, float], str]:
     """Predicted step-time change (percent) of each differing field alone, from moetune's step-time model
     (``moetune.perfmodel.step.estimate_time`` on the Job built by ``moetune.io.config_to_job.job_from_config``)."""
@@ -95,24 +95,24 @@ def _predict(rec_a: RunRecord, rec_b: RunRecord, diffs: list[str], gpus: int | N
     if not n:
         return {}, "not ranked: GPU count unknown (pass --gpus to rank by predicted effect)"
     try:
-        base = estimate_time(job_for(rec_a.config, rec_a, int(n))).step_time_s
+        base = estimate_time(job_for(rec_a.config, rec_a, int(n)), efficiency).step_time_s
         out: dict[str, float] = {}
         for key in rec_b.config:
             name = field_of_leaf(key.rsplit(".", 1)[-1])
             if name not in diffs or rec_a.config.get(key) == rec_b.config[key]:
                 continue
-            t = estimate_time(job_for({**rec_a.config, key: rec_b.config[key]}, rec_a, int(n))).step_time_s
+            t = estimate_time(job_for({**rec_a.config, key: rec_b.config[key]}, rec_a, int(n)), efficiency).step_time_s
             out[name] = out.get(name, 0.0) + (t / base - 1.0) * 100.0
         return out, "ranked by moetune's predicted step-time change of each difference alone"
     except (MoetuneError, ValueError) as exc:  # logs rarely carry everything a Job needs (ValueError: pydantic)
         return {}, f"not ranked: could not build a Job from the printed configuration ({exc})"[:240]
 
 
-def _explain(rec_a: RunRecord, rec_b: RunRecord, chk: ContractCheck, verdict: str, gpus: int | None
-             ) -> tuple[list[Explanation], str]:
+def _explain(rec_a: RunRecord, rec_b: RunRecord, chk: ContractCheck, verdict: str, gpus: int | None,
+             efficiency: Any = None) -> tuple[list[Explanation], str]:
     diffs = [d.field for d in chk.differences]
     config_diffs = [d for d in diffs if d != "platform" and not d.startswith("version:")]
-    pred, ranking = _predict(rec_a, rec_b, config_diffs, gpus) if config_diffs else \
+    pred, ranking = _predict(rec_a, rec_b, config_diffs, gpus, efficiency) if config_diffs else \
         ({}, "no configuration differences to rank")
     out = []
     for d in chk.differences:
@@ -135,8 +135,10 @@ def _explain(rec_a: RunRecord, rec_b: RunRecord, chk: ContractCheck, verdict: st
 
 
 def compare_runs(a: RunRecord, b: RunRecord, *, window_a: tuple[int, int] | None = None,
-                 window_b: tuple[int, int] | None = None, gpus: int | None = None) -> Comparison:
-    """Compare the steady step time of run B against run A (module docstring)."""
+                 window_b: tuple[int, int] | None = None, gpus: int | None = None,
+                 efficiency: Any = None) -> Comparison:
+    """Compare the steady step time of run B against run A (module docstring). ``efficiency``: the time model's
+    parameters that rank the differences (:func:`moetune.perfmodel.step.estimate_time`; None = the catalog's)."""
     wa, wb = steady_window(a, window_a), steady_window(b, window_b)
     ta, tb = wa.times_s[-MAX_SAMPLES:], wb.times_s[-MAX_SAMPLES:]
     fa, fb = contract_fields(a), contract_fields(b)
@@ -159,7 +161,7 @@ def compare_runs(a: RunRecord, b: RunRecord, *, window_a: tuple[int, int] | None
         verdict = "improvement"
     else:
         verdict = "no_change"
-    expl, ranking = _explain(a, b, chk, verdict, gpus)
+    expl, ranking = _explain(a, b, chk, verdict, gpus, efficiency)
     method = (f"median step time over each steady window; {int(CONFIDENCE * 100)}% percentile bootstrap "
               f"({BOOTSTRAP_RESAMPLES} resamples) of median(B)/median(A) - 1; verdict needs the interval to exclude 0 "
               f"and |delta| >= {MIN_EFFECT_PCT}%")

@@ -16,7 +16,6 @@ docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -872,13 +871,10 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: d
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _resolve_eff(efficiency: Efficiency | str | Path | None) -> Efficiency:
-    """An Efficiency object, a file written by ``moetune calibrate``, or None: ``$MOETUNE_EFFICIENCY`` if set,
-    else the shipped catalog values."""
+def resolve_efficiency(efficiency: Efficiency | str | Path | None) -> Efficiency:
+    """An Efficiency object, a file written by ``moetune calibrate``, or None: the shipped catalog values (the
+    commands pass ``$MOETUNE_EFFICIENCY``, :mod:`moetune.commands.knobs`)."""
     if efficiency is None:
-        env = os.environ.get("MOETUNE_EFFICIENCY")
-        if env:
-            return _load_cached(env)
         return default_efficiency()
     if isinstance(efficiency, str | Path):
         return _load_cached(str(efficiency))
@@ -914,13 +910,13 @@ def estimate_walls(job: Job, efficiency: Efficiency | str | Path | None = None) 
     """:func:`evaluate` of ``job``: ``step`` is :func:`estimate_time`'s ``step_time_s`` and ``walls`` its wall
     seconds (same values, plain floats), without the throughput / MFU / assumption fields (the planner prices every
     variant with this and builds the full estimate only for the candidates it reports)."""
-    eff = _resolve_eff(efficiency)
+    eff = resolve_efficiency(efficiency)
     return evaluate(build_profile(job, eff), eff)
 
 
 def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -> TimeEstimate:
     """Step time, throughput, MFU and the walls of ``job`` (see module doc)."""
-    eff = _resolve_eff(efficiency)
+    eff = resolve_efficiency(efficiency)
     prof = build_profile(job, eff)
     res = evaluate(prof, eff)
     step = res["step"]

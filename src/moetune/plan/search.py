@@ -37,7 +37,7 @@ from moetune.perfmodel.memory import (
     weight_and_optimizer_bytes,
 )
 from moetune.perfmodel.schedule import pipeline_step
-from moetune.perfmodel.step import _resolve_eff, estimate_time, estimate_walls
+from moetune.perfmodel.step import estimate_time, estimate_walls, resolve_efficiency
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
 from moetune.spec.features import Features
@@ -72,9 +72,11 @@ class PlanRequest:
     explore_overlap: bool = True
     exact_ranking: bool = False  # check every layout's best variant (for ranking benches), not only the top-K
     explore_fsdp: bool = True  # Megatron-FSDP (optim_grads_params) instead of the distributed optimizer, PP = 1
-    #: worker processes (None: ``$MOETUNE_WORKERS`` or up to 2 of the CPUs, for requests of >= 64 GPUs); see
-    #: :func:`_plan_parallel`
+    #: worker processes (None: up to 2 of the CPUs for requests of >= 64 GPUs); see :func:`_plan_parallel`
     workers: int | None = None
+    #: the time model's efficiency parameters (:func:`moetune.perfmodel.step.resolve_efficiency`: an Efficiency,
+    #: a file written by ``moetune calibrate``, or None = the catalog's)
+    efficiency: Any = None
     #: (index, count): search only the layouts whose (TP, CP, EP, ETP) group, numbered in enumeration order, is
     #: ``index`` modulo ``count``
     partition: tuple[int, int] = (0, 1)
@@ -431,7 +433,7 @@ class Search:
                                            str(req.fix["recompute"]) if "recompute" in req.fix else None)
         self.starts = starts if starts is not None else plan_starts(req)
         self.k = max(req.top, 1)
-        self.eff = _resolve_eff(None)  # what estimate_time(job) reads by default, resolved once
+        self.eff = resolve_efficiency(req.efficiency)  # resolved once
         # bound and results
         self.best: list[tuple] = []  # heap of the top-K distinct layouts by (-step time): the pruning bound
         self.best_by_layout: dict[tuple, Candidate] = {}
@@ -747,19 +749,11 @@ def plan_starts(req: PlanRequest) -> dict[str, Any]:
 
 def _workers(req: PlanRequest) -> int:
     """Processes for this request: 1 inside a partition, for small requests (< 64 GPUs: the search takes well under
-    a second) or where ``fork`` is unavailable; else ``req.workers``, ``$MOETUNE_WORKERS`` or min(2, CPUs)."""
+    a second) or where ``fork`` is unavailable; else ``req.workers`` or min(2, CPUs)."""
     if req.partition != (0, 1) or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     if req.workers is not None:
         return max(1, req.workers)
-    env = os.environ.get("MOETUNE_WORKERS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            from moetune.errors import InputError
-
-            raise InputError.bad_value("MOETUNE_WORKERS", env, "a positive integer") from None
     return min(2, os.cpu_count() or 1) if req.gpus >= 64 else 1
 
 

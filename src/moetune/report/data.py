@@ -86,15 +86,17 @@ def _load_json(path: Path) -> Any:
         raise InputError(f"{path}: not valid JSON ({exc})") from None
 
 
-def load_report_input(path: Path) -> dict[str, Any]:
-    """-> {kind: sweep|plan|estimate, title, ...} for the renderers."""
+def load_report_input(path: Path, *, efficiency: Any = None, trace_workers: int | None = None) -> dict[str, Any]:
+    """-> {kind: sweep|plan|estimate, title, ...} for the renderers (a sweep not collected yet is collected with
+    ``efficiency`` / ``trace_workers``, :func:`moetune.sweep.collect.collect_sweep`)."""
     if path.is_dir():
         from moetune.sweep.collect import collect_sweep
 
         res_path = path / "collect" / "results.json"
         from moetune.sweep.sweepdir import load_sweep
 
-        results = _load_json(res_path) if res_path.is_file() else collect_sweep(path)
+        results = _load_json(res_path) if res_path.is_file() else \
+            collect_sweep(path, efficiency=efficiency, trace_workers=trace_workers)
         sweep, _ = load_sweep(path)
         plan_cands = sweep.get("plan_candidates") or []
         base = plan_cands[sweep.get("candidate", 0)] if plan_cands else {}

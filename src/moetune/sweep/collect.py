@@ -113,7 +113,8 @@ def _not_run_yet(d: Path, name: str) -> bool:
     return state is not None and state not in FINAL_STATES and state != "UNKNOWN"
 
 
-def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: dict) -> dict[str, Any]:
+def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: dict, *,
+                 trace_workers: int | None = None) -> dict[str, Any]:
     """Acceptance checks and measurements of one run."""
     man = load_run(d, run_entry["name"])
     rdir = d / run_entry["dir"]
@@ -202,7 +203,7 @@ def evaluate_run(d: Path, sweep: dict, contract, contract_ok: bool, run_entry: d
     trace_error = None
     if traces:
         try:
-            trace = read_trace_evidence(traces)
+            trace = read_trace_evidence(traces, workers=trace_workers)
             res["trace"] = {k: v for k, v in trace.items() if k != "report"}
             res["trace_report"] = trace["report"]
         except Exception as exc:
@@ -276,7 +277,7 @@ def _intended_contract(man: dict, contract) -> dict[str, Any]:
             "cp": lay.get("cp"), "ep": lay.get("ep"), "etp": lay.get("etp")}
 
 
-def _ab(ref: dict, cand: dict) -> dict[str, Any]:
+def _ab(ref: dict, cand: dict, efficiency: Any = None) -> dict[str, Any]:
     row = {"a": ref["run"], "b": cand["run"], "variable": cand.get("variable"), "change": cand.get("change"),
            "a_step_time_s": ref.get("step_time_s"), "b_step_time_s": cand.get("step_time_s")}
     if not ref["accepted"] or not cand["accepted"]:
@@ -284,7 +285,7 @@ def _ab(ref: dict, cand: dict) -> dict[str, Any]:
         row.update(verdict="not_comparable", reason=f"{bad['run']} rejected: " + "; ".join(bad["reasons"]))
         return row
     try:
-        cmp = compare(ref["_record"], cand["_record"], tuple(cand["window"]))
+        cmp = compare(ref["_record"], cand["_record"], tuple(cand["window"]), efficiency=efficiency)
     except Exception as exc:
         row.update(verdict="unavailable", reason=f"compare failed: {' '.join(str(exc).split())[:160]}")
         return row
@@ -299,7 +300,8 @@ def _ab(ref: dict, cand: dict) -> dict[str, Any]:
     return row
 
 
-def _winner(results: list[dict], phase: str, abs_: list[dict], sweep_candidate: int = 0) -> dict[str, Any] | None:
+def _winner(results: list[dict], phase: str, abs_: list[dict], sweep_candidate: int = 0, efficiency: Any = None
+            ) -> dict[str, Any] | None:
     rows = [r for r in results if r["phase"] == phase]
     if not rows:
         return None
@@ -320,7 +322,7 @@ def _winner(results: list[dict], phase: str, abs_: list[dict], sweep_candidate: 
     best = min(acc, key=lambda r: r["step_time_s"])
     base = next((r for r in acc if r["run"] in (f"{phase}-base", f"{phase}-c{sweep_candidate}")), None)
     if phase == "scale" and base is not None and best is not base:
-        row = _ab(base, best)
+        row = _ab(base, best, efficiency)
         if row.get("verdict") != "improvement":
             return {"phase": phase, "run": base["run"], "reason": f"{best['run']} is not faster beyond noise "
                     f"({row.get('verdict')}: {row.get('delta_pct')} %); keep the planner's choice"}
@@ -411,15 +413,17 @@ def _regenerate_validate(d: Path, sweep: dict, contract, winners: list[dict], by
     return f"validate-winner regenerated with the retune winner {win}; submit it with --phase validate"
 
 
-def collect_sweep(d: Path) -> dict[str, Any]:
+def collect_sweep(d: Path, *, efficiency: Any = None, trace_workers: int | None = None) -> dict[str, Any]:
+    """Judge every run of the sweep in ``d``, pick the winners, write collect/. ``efficiency``: the time model's
+    parameters that rank A/B differences; ``trace_workers``: processes that read Kineto traces."""
     sweep, contract = load_sweep(d)
     contract_ok = file_sha256(d / "contract.yaml") == sweep.get("contract_sha256")
-    results = [evaluate_run(d, sweep, contract, contract_ok, r) for r in sweep["runs"]]
+    results = [evaluate_run(d, sweep, contract, contract_ok, r, trace_workers=trace_workers) for r in sweep["runs"]]
     by_name = {r["run"]: r for r in results}
-    abs_ = [_ab(by_name[r["reference"]], r) for r in results
+    abs_ = [_ab(by_name[r["reference"]], r, efficiency) for r in results
             if r["phase"] == "retune" and r.get("reference") in by_name]
     winners = [w for p in ("fit", "scale", "profile", "retune", "validate")
-               if (w := _winner(results, p, abs_, int(sweep.get("candidate", 0)))) is not None]
+               if (w := _winner(results, p, abs_, int(sweep.get("candidate", 0)), efficiency)) is not None]
     validate_note = _regenerate_validate(d, sweep, contract, winners, by_name)
     out_dir = d / "collect"
     out_dir.mkdir(exist_ok=True)

@@ -133,9 +133,9 @@ def peak_memory_gib(mem: dict[str, Any]) -> float | None:
     return best
 
 
-def read_trace_evidence(paths: list[Path]) -> dict[str, Any]:
+def read_trace_evidence(paths: list[Path], *, workers: int | None = None) -> dict[str, Any]:
     """The trace report (:func:`moetune.evidence.traces.analyze.analyze_paths`) as a dict, plus the dispatcher backends / graph / FP8 evidence it contains."""
-    rep = as_dict(analyze_paths([str(p) for p in paths]))
+    rep = as_dict(analyze_paths([str(p) for p in paths], workers=workers))
     ranks = rep.get("ranks") or []
     backends: set[str] = set()
     graphs = False
@@ -153,6 +153,6 @@ def read_trace_evidence(paths: list[Path]) -> dict[str, Any]:
             "dominant_wall": (ranks[0].get("dominant_wall") if ranks else None)}
 
 
-def compare(a_record: Any, b_record: Any, window: tuple[int, int]) -> dict[str, Any]:
+def compare(a_record: Any, b_record: Any, window: tuple[int, int], *, efficiency: Any = None) -> dict[str, Any]:
     """The A/B verdict (:func:`moetune.evidence.compare.compare_runs`) ({verdict, delta_pct, ci_pct, contract}) of B against A."""
-    return as_dict(compare_runs(a_record, b_record, window_a=window, window_b=window))
+    return as_dict(compare_runs(a_record, b_record, window_a=window, window_b=window, efficiency=efficiency))

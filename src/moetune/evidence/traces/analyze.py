@@ -62,13 +62,14 @@ def _expand(paths: list[str | Path]) -> list[Path]:
     return out
 
 
-def read_traces(paths: list[str | Path]) -> list[RankTrace]:
-    """Read every file (a directory = all its per-rank files, one job) into RankTraces."""
+def read_traces(paths: list[str | Path], *, workers: int | None = None) -> list[RankTrace]:
+    """Read every file (a directory = all its per-rank files, one job) into RankTraces; the Kineto files in
+    ``workers`` processes (None: one per CPU, at most one per file)."""
     from moetune.evidence.traces.kineto import read_kineto
 
     files = _expand(paths)
     kineto = [f for f in files if not f.name.lower().endswith((".sqlite", ".db", ".csv", ".csv.xz", ".parquet"))]
-    workers = int(os.environ.get("MOETUNE_TRACE_WORKERS", "0")) or min(os.cpu_count() or 1, len(kineto))
+    workers = workers or min(os.cpu_count() or 1, len(kineto))
     parsed: dict[Path, RankTrace] = {}
     if workers > 1 and len(kineto) > 1:
         # one file per process, like HTA's parser pool; results come back as compact numpy arrays
@@ -612,10 +613,12 @@ def analyze_traces(traces: list[RankTrace], tax: Taxonomy | None = None, paths: 
     return out
 
 
-def analyze_paths(paths: list[str | Path] | str | Path, taxonomy: str | Path | None = None) -> TraceReport:
-    """Read and analyse trace files / directories (one job). Raises InputError on unreadable input."""
+def analyze_paths(paths: list[str | Path] | str | Path, taxonomy: str | Path | None = None, *,
+                  workers: int | None = None) -> TraceReport:
+    """Read and analyse trace files / directories (one job). Raises InputError on unreadable input. ``workers``:
+    processes that read the Kineto files (:func:`read_traces`)."""
     if isinstance(paths, str | Path | os.PathLike):
         paths = [paths]
     tax = load_taxonomy(taxonomy)
-    traces = read_traces(list(paths))
+    traces = read_traces(list(paths), workers=workers)
     return analyze_traces(traces, tax, [str(p) for p in paths])
