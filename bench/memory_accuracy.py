@@ -103,7 +103,8 @@ def golden_rows(data: Path) -> list[dict]:
             measured = _golden_peak(gpath, "mem-max-allocated-bytes")
             steady = _golden_peak(gpath, "mem-allocated-bytes")
             release = "release" in case
-            row = {"source": "golden", "case": case, "platform": platform, "measured": measured, "kind": "peak"}
+            row = {"source": "golden", "case": case, "platform": platform, "measured": measured, "kind": "peak",
+                   "path": gpath, "config": cfg_path}
             try:
                 job, w, note = _golden_job(cfg_path, system, steady, release)
             except MoetuneError as e:

@@ -80,6 +80,7 @@ class WorkList:
     e_bytes: list[float] = field(default_factory=list)
     e_tag: list[int] = field(default_factory=list)
     e_layer: list[int] = field(default_factory=list)
+    e_stream: list[bool] = field(default_factory=list)  # one contiguous multi-GB tensor streamed (module doc)
 
     def gemm(self, flops: float, m: float, n: float, k: float, *, groups: float = 1.0, quant: bool, tag: str,
              layer: int) -> None:
@@ -100,11 +101,12 @@ class WorkList:
             self.a_tag.append(TAG[tag])
             self.a_layer.append(layer)
 
-    def mem(self, nbytes: float, *, tag: str, layer: int) -> None:
+    def mem(self, nbytes: float, *, tag: str, layer: int, stream: bool = False) -> None:
         if nbytes > 0:
             self.e_bytes.append(nbytes)
             self.e_tag.append(TAG[tag])
             self.e_layer.append(layer)
+            self.e_stream.append(stream)
 
     def arrays(self) -> dict[str, np.ndarray]:
         f = np.asarray
@@ -114,6 +116,7 @@ class WorkList:
             "g_tag": f(self.g_tag, int), "g_layer": f(self.g_layer, int),
             "a_flops": f(self.a_flops, float), "a_tag": f(self.a_tag, int), "a_layer": f(self.a_layer, int),
             "e_bytes": f(self.e_bytes, float), "e_tag": f(self.e_tag, int), "e_layer": f(self.e_layer, int),
+            "e_stream": f(self.e_stream, bool),
         }
 
 
@@ -161,9 +164,15 @@ def attention_seconds(flops: np.ndarray, *, peak_bf16_tflops: float, eff: float)
     return flops / (peak_bf16_tflops * 1e12 * eff)
 
 
-def memory_seconds(nbytes: np.ndarray, *, hbm_gbs: float, hbm_eff: float) -> np.ndarray:
-    """Seconds of memory-bound kernels moving ``nbytes`` through HBM."""
-    return nbytes / (hbm_gbs * 1e9 * hbm_eff)
+def memory_seconds(nbytes: np.ndarray, *, hbm_gbs: float, hbm_eff: float, stream: np.ndarray | None = None,
+                   stream_eff: float | None = None) -> np.ndarray:
+    """Seconds of memory-bound kernels moving ``nbytes`` through HBM: ``hbm_eff`` for the per-token kernels of a
+    layer (norms, activations, permutes, casts: many small launches), ``stream_eff`` for the rows flagged
+    ``stream`` (one tensor of many GB read or written in a single pass, e.g. the score matrix of unfused attention:
+    such kernels run at the HBM streaming rate, ``hbm_stream_eff`` in efficiency.yaml)."""
+    if stream is None or stream_eff is None or not stream.size:
+        return nbytes / (hbm_gbs * 1e9 * hbm_eff)
+    return nbytes / (hbm_gbs * 1e9 * np.where(stream, stream_eff, hbm_eff))
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -17,6 +17,19 @@ Dropless token dispatch (``alltoall``/``flex``) needs the per-expert token count
 GEMM can be launched: one device-to-host synchronisation per MoE layer forward (MCore ``MoEAlltoAllTokenDispatcher``
 ``.tolist()`` of ``num_global_tokens_per_local_expert``); after it the queue is empty and the GPU waits for the
 next launches (``host_sync_us``). Kernel counts per component are catalog constants (efficiency.yaml).
+
+Unfused code paths launch more kernels than the fused ones Bridge's performance recipes select: Megatron's unfused
+``DotProductAttention`` (``--attention-backend unfused``: baddbmm, scale-mask-softmax, dropout, bmm and their
+backward), the unfused token permutation (``moe_permute_fusion`` off: MCore ``moe_utils.permute``/``unpermute`` built
+from argsort / index_select / scatter_add instead of TE's fused permute kernels), and the per-expert loop of
+``SequentialMLP`` (``moe_grouped_gemm`` off: fc1, activation and fc2 of every local expert, forward and backward).
+TE's ``GroupedLinear`` also issues one GEMM per local expert and pass (``general_grouped_gemm``).
+
+Once per step the training loop does host work that no layer owns (:func:`step_launches`): Megatron-LM
+``training.train_step`` runs the optimizer (``DistributedOptimizer.step``: per-parameter main-grad copies,
+``clip_grad_norm_fp32`` and ``count_zeros_fp32`` walking every parameter tensor, multi-tensor Adam) and then
+``training_log`` reduces the losses; each ``.item()`` of the loss, grad norm and zero count is a device-to-host
+synchronisation. The cost is the parameter tensors of a rank times kernels per tensor plus the step's syncs.
 """
 
 from __future__ import annotations
@@ -49,12 +62,15 @@ def tp_overlap_kernels(gemms: int, tp: int) -> float:
 
 def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes: frozenset[str], graphs_on: bool,
                    dropless: bool, ep: int, kernels: dict[str, float], shared: bool = False,
-                   tp_overlap_tp: int = 1, etp: int = 1) -> LayerLaunches:
+                   tp_overlap_tp: int = 1, etp: int = 1, local_experts: float = 1.0, grouped_gemm: bool = True,
+                   permute_fusion: bool = True, unfused_attention: bool = False) -> LayerLaunches:
     """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes.
 
     ``quant_gemms`` > 0 adds the FP8/FP4 cast kernels of each quantised GEMM input; ``shared`` adds the shared
     expert's kernels to a MoE layer; ``tp_overlap_tp`` > 1 (TP size when TP comm overlap is on) adds the chunked
-    GEMMs of userbuffers overlap."""
+    GEMMs of userbuffers overlap; ``local_experts`` (experts per EP rank) with ``grouped_gemm`` on adds the
+    per-expert GEMMs of TE ``GroupedLinear``, with it off the per-expert loop of ``SequentialMLP``;
+    ``permute_fusion`` off and ``unfused_attention`` add the unfused paths (module doc)."""
     full = graphs_on and "full_iteration" in scopes
     cast = kernels.get("fp8_casts_per_gemm", 0.0) if quant_gemms > 0 else 0.0
     eager = 0.0
@@ -74,6 +90,8 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
 
     if mixer in ("A", "W"):
         n = kernels["attn"] + (kernels.get("mla_extra", 0.0) if mla else 0.0) + cast * min(quant_gemms, 2)
+        if unfused_attention:
+            n += kernels.get("unfused_attention", 0.0)
         part("attn", n + tp_overlap_kernels(2, tp_overlap_tp), "attn")
     elif mixer in ("M", "G"):
         part("mamba", kernels["mamba"] + cast * min(quant_gemms, 2), "mamba")
@@ -84,8 +102,10 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
         part("router", kernels["moe_router"], moe_scope or "moe_router")
         part("preprocess", kernels["moe_preprocess"],
              moe_scope or ("moe_preprocess" if "moe_router" in scopes else None))
-        part("dispatch", kernels["moe_dispatch"], moe_scope)
-        part("experts", kernels["moe_experts"] + cast * 2, moe_scope)
+        part("dispatch", kernels["moe_dispatch"] + (0.0 if permute_fusion else kernels.get("moe_unfused_permute", 0.0)),
+             moe_scope)
+        per_expert = kernels.get("grouped_gemm_per_expert" if grouped_gemm else "sequential_mlp_per_expert", 0.0)
+        part("experts", kernels["moe_experts"] + cast * 2 + per_expert * max(local_experts, 1.0), moe_scope)
         if shared:
             part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):
@@ -112,3 +132,34 @@ def host_exposed(host_s: float, gpu_s: float, sharpness: float) -> float:
     p = sharpness
     m = max(host_s, gpu_s)
     return m * ((host_s / m) ** p + (gpu_s / m) ** p) ** (1.0 / p) - gpu_s
+
+
+def step_launches(param_tensors: float, kernels: dict[str, float]) -> LayerLaunches:
+    """Host work of the optimizer step and the step's bookkeeping (module doc): ``param_tensors`` (parameter
+    tensors on the rank) times ``step_per_param_tensor`` kernels plus ``step_fixed`` kernels, and ``step_syncs``
+    device-to-host synchronisations."""
+    eager = param_tensors * kernels.get("step_per_param_tensor", 0.0) + kernels.get("step_fixed", 0.0)
+    return LayerLaunches(eager, 0.0, kernels.get("step_syncs", 0.0))
+
+
+def param_tensors(layer_counts: dict[tuple, float], *, local_experts: float, shared: bool, mla: bool,
+                  tensors: dict[str, float]) -> float:
+    """Parameter tensors of one pipeline rank: per layer of each (mixer, mlp, ...) kind the tensors of its mixer
+    (norm, QKV, projection; MLA's down/up projections and norms), its dense MLP (norm, fc1, fc2) or MoE block (norm,
+    router, fc1 and fc2 per local expert: TE ``GroupedLinear`` keeps one weight per expert; shared-expert fc1/fc2)."""
+    total = tensors.get("edges", 0.0)
+    for key, n in layer_counts.items():
+        mixer, mlp = key[0], key[1]
+        t = 0.0
+        if mixer in ("A", "W"):
+            t += tensors.get("attn", 0.0) + (tensors.get("mla_extra", 0.0) if mla else 0.0)
+        elif mixer != "_":
+            t += tensors.get("mamba", 0.0)
+        if mlp == "D":
+            t += tensors.get("mlp", 0.0)
+        elif mlp == "E":
+            t += tensors.get("moe", 0.0) + tensors.get("per_local_expert", 0.0) * max(local_experts, 1.0)
+            if shared:
+                t += tensors.get("shared_experts", 0.0)
+        total += n * t
+    return total

@@ -280,7 +280,8 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
         if feat.attention_backend == "unfused":
             # Megatron's unfused DotProductAttention materialises the scores: causal context ~ core FLOPs / (4·q)
             ctx = comps.get("core_attention", 0.0) / (4.0 * model.num_attention_heads * hd) * 2
-            wl.mem(t_a * K.unfused_attention_bytes(model.num_attention_heads / tp, ctx), tag="core_attn", layer=i)
+            wl.mem(t_a * K.unfused_attention_bytes(model.num_attention_heads / tp, ctx), tag="core_attn", layer=i,
+                   stream=True)
     if mixer == "M":
         heads = float(model.mamba_num_heads or (2 * h) // (model.mamba_head_dim or 64))
         pdim = float(model.mamba_head_dim or 64)
@@ -328,7 +329,10 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
                                 scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
                                 kernels=consts["kernels_per_layer"],
                                 shared=bool(model.moe_shared_expert_intermediate_size),
-                                tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1)
+                                tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1,
+                                local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
+                                permute_fusion=feat.moe_permute_fusion,
+                                unfused_attention=feat.attention_backend == "unfused")
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
 
 
@@ -343,7 +347,8 @@ def _layer_type_key_rest(job: Job, consts: dict) -> tuple:
             feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend, feat.sequence_parallel,
             feat.cp_comm_type, feat.cuda_graph_impl, feat.cuda_graph_scope, feat.moe_expert_capacity_factor,
             feat.tp_comm_overlap, feat.attention_backend, feat.moe_router_force_load_balancing,
-            feat.moe_routing_imbalance, feat.moe_pad_expert_input_to_capacity, id(consts))
+            feat.moe_routing_imbalance, feat.moe_pad_expert_input_to_capacity, feat.moe_grouped_gemm,
+            feat.moe_permute_fusion, feat.transformer_impl, id(consts))
 
 
 def _cached_layer_type(job: Job, i: int, quant: bool, consts: dict, rest: tuple | None = None) -> LayerType:
@@ -635,7 +640,8 @@ def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float
     else:
         tg = tfb = gf
     ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r["peak_b"], eff=r["attn_eff"])
-    te = K.memory_seconds(work["e_bytes"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"])
+    te = K.memory_seconds(work["e_bytes"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"], stream=work.get("e_stream"),
+                          stream_eff=r["hbm_stream_eff"])
     g, a, e = float(tg.sum()), float(ta.sum()), float(te.sum())
     g_fb = float(tfb.sum())
     rec = 0.0
@@ -670,7 +676,8 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
     cpu = H.host_cpu_family(job.system.host_cpu)
     return {
         "peak_b": peak_b, "peak_q": peak_q, "eff_b": eff_b, "eff_q": eff_q, "knee": eff["gemm_knee"],
-        "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "attn_eff": eff.get(f"attn_eff.{attn_cls}", eff.get(f"attn_eff.{arch}", 0.45)),
+        "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "hbm_stream_eff": eff.get("hbm_stream_eff", eff["hbm_eff"]),
+        "attn_eff": eff.get(f"attn_eff.{attn_cls}", eff.get(f"attn_eff.{arch}", 0.45)),
         "nv": job.system.nvlink_bw_gbs * eff["nvlink_eff"], "nic": job.system.scaleout_bw_gbs * eff["scaleout_eff"],
         "nv_a2a": job.system.nvlink_bw_gbs * eff.get("nvlink_a2a_eff", eff["nvlink_eff"]),
         "launch_us": eff.get(f"launch_us.{cpu}", 6.0), "qb": qb, "ep_eff": eff["ep_overlap_eff"],
@@ -811,10 +818,11 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
             pp_exp += 2 * m * t_p2p
     # DP gradient reduce-scatter / parameter all-gather (distributed optimizer) and optimizer step
     dp_exp, opt = _dp_and_optimizer(prof, eff, r, wb, m)
+    step_host = _step_host(prof, consts, r, opt)
     walls = {
         "compute": m * wb["compute"], "recompute": m * wb["recompute"], "comm_tp": m * wb["comm_tp"],
         "comm_cp": m * wb["comm_cp"], "comm_ep": m * wb["comm_ep"], "comm_pp": pp_exp, "comm_dp": dp_exp,
-        "pipeline_bubble": bubble, "host": m * wb["host"], "optimizer": opt,
+        "pipeline_bubble": bubble, "host": m * wb["host"] + step_host, "optimizer": opt,
     }
     step = sum(walls.values())
     detail = {"gemm": m * wb["gemm"], "attention": m * wb["attn"], "memory_bound": m * wb["mem"]}
@@ -823,6 +831,23 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     return {"walls": walls, "step": step, "stage_seconds": per_mb, "bottleneck": bott, "detail": detail,
             "stage_floor": stage_floor, "stage_a2a": [w["a2a_total"] for w in stage_walls], "ep_eff": r["ep_eff"],
             "schedule": (m, prof.pp, prof.vpp)}
+
+
+def _step_host(prof: Profile, consts: dict, r: dict[str, float], opt_s: float) -> float:
+    """Exposed host time of the once-per-step work (optimizer, gradient clipping, loss bookkeeping;
+    :func:`moetune.perfmodel.host.step_launches`) on the rank with the most parameter tensors, against the
+    optimizer's GPU time."""
+    model = prof.job.model
+    kern = consts["kernels_per_layer"]
+    tensors = consts.get("param_tensors")
+    if not tensors:
+        return 0.0
+    local = float(model.num_moe_experts or 1) / max(prof.job.layout.ep, 1)
+    n = max(H.param_tensors(st.layer_counts, local_experts=local, shared=bool(model.moe_shared_expert_intermediate_size),
+                            mla=model.multi_latent_attention, tensors=tensors) for st in prof.stages)
+    sl = H.step_launches(n, kern)
+    host_s = H.host_seconds(sl, launch_us=r["launch_us"], graph_launch_us=consts["graph_launch_us"])
+    return H.host_exposed(host_s, opt_s, r["host_p"]) + sl.syncs * consts["host_sync_us"] * 1e-6
 
 
 def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: dict[str, float], m: int
