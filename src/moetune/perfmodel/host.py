@@ -44,6 +44,7 @@ class LayerLaunches:
     eager_kernels: float
     graph_launches: float
     syncs: float
+    native_kernels: float = 0.0  #: launched from C++ inside one Python call (TE userbuffers chunks): no Python cost
 
 
 def host_cpu_family(host_cpu: str) -> str:
@@ -76,9 +77,10 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
     eager = 0.0
     graphs = 0.0
     syncs = 0.0
+    native = 0.0
 
-    def part(name: str, count: float, scope: str | None) -> None:
-        nonlocal eager, graphs
+    def part(name: str, count: float, scope: str | None, cpp: float = 0.0) -> None:
+        nonlocal eager, graphs, native
         if count <= 0:
             return
         if full:
@@ -87,16 +89,17 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
             graphs += 2.0  # one forward and one backward graph per scope instance
         else:
             eager += count
+            native += cpp
 
     if mixer in ("A", "W"):
         n = kernels["attn"] + (kernels.get("mla_extra", 0.0) if mla else 0.0) + cast * min(quant_gemms, 2)
         if unfused_attention:
             n += kernels.get("unfused_attention", 0.0)
-        part("attn", n + tp_overlap_kernels(2, tp_overlap_tp), "attn")
+        part("attn", n, "attn", tp_overlap_kernels(2, tp_overlap_tp))
     elif mixer in ("M", "G"):
         part("mamba", kernels["mamba"] + cast * min(quant_gemms, 2), "mamba")
     if mlp == "D":
-        part("mlp", kernels["mlp"] + cast * 2 + tp_overlap_kernels(2, tp_overlap_tp), "mlp")
+        part("mlp", kernels["mlp"] + cast * 2, "mlp", tp_overlap_kernels(2, tp_overlap_tp))
     elif mlp == "E":
         moe_scope = "moe" if "moe" in scopes else None
         part("router", kernels["moe_router"], moe_scope or "moe_router")
@@ -110,12 +113,15 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
             part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):
             syncs = 1.0
-    return LayerLaunches(eager, graphs, syncs)
+    return LayerLaunches(eager, graphs, syncs, native)
 
 
-def host_seconds(launch: LayerLaunches, *, launch_us: float, graph_launch_us: float) -> float:
-    """Host time to issue one layer's work (fwd + bwd) for one microbatch."""
-    return (launch.eager_kernels * launch_us + launch.graph_launches * graph_launch_us) * 1e-6
+def host_seconds(launch: LayerLaunches, *, launch_us: float, graph_launch_us: float, native_us: float = 0.0) -> float:
+    """Host time to issue one layer's work (fwd + bwd) for one microbatch: Python-dispatched kernels at
+    ``launch_us`` (the effective per-op cost incl. module/autograd Python), graph launches, and kernels a single
+    C++ call launches (TE userbuffers ring-exchange chunks) at the bare CUDA launch cost ``native_us``."""
+    return (launch.eager_kernels * launch_us + launch.graph_launches * graph_launch_us
+            + launch.native_kernels * native_us) * 1e-6
 
 
 def host_exposed(host_s: float, gpu_s: float, sharpness: float) -> float:

@@ -753,7 +753,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         priced[key] = {"comp": comp, "gemm": 3 * g, "attn": 3 * a, "mem": 3 * e, "rec": rec + rec_a2a,
                        "tp": tp_exp, "cp": cp_exp, "a2a": a2a, "exp": 3 * g_exp,
                        "host": H.host_seconds(lt.launches, launch_us=r["launch_us"],
-                                              graph_launch_us=consts["graph_launch_us"]),
+                                              graph_launch_us=consts["graph_launch_us"],
+                                              native_us=consts.get("native_launch_us", 0.0)),
                        "sync": lt.launches.syncs * consts["host_sync_us"] * 1e-6}
         if len(_PRICED_CACHE) > 50000:
             _PRICED_CACHE.clear()
