@@ -1,7 +1,10 @@
 """The planner: fit, scale and retune as one search over folded layouts (docs/domain.md §6.1, S:wf).
 
-Order of the workflow, as implemented:
+Order of the workflow, as implemented (:func:`plan`, then :class:`Search`):
 
+0. **Refuse** what nothing can fit, before any search: a precision the GPU cannot run (PRC-008) and a request whose
+   memory floor (:mod:`moetune.plan.floor`: the model state of the whole model divided by the world size, at the
+   least-storing state mode the request allows, plus the per-job runtime tail) already overflows the GPU.
 1. **Enumerate** every layout Megatron accepts (:func:`moetune.plan.space.enumerate_layouts`).
 2. **Fit** each layout with the least recompute that fits the headroom policy: no recompute, then the selective
    ladder (:data:`moetune.plan.space.SELECTIVE_LADDER`, narrowest first), then full recompute (when allowed).
