@@ -26,15 +26,16 @@ def _priced_device_gib(search: Search) -> list[float]:
     return [max(d for d, _ in device_peaks(j)) for j in search.tested_jobs()]
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=st.sampled_from(_MODELS), system=st.sampled_from(("DGX-H100", "DGX-A100")),
        gpus=st.sampled_from((1, 2, 4, 8)), gbs=st.sampled_from((32, 64, 128)),
-       seq=st.sampled_from((1024, 2048, 4096)), fp8=st.booleans(), offload=st.booleans(), fsdp=st.booleans())
-def test_no_priced_configuration_is_below_the_floor(model, system, gpus, gbs, seq, fp8, offload, fsdp):
+       seq=st.sampled_from((1024, 2048, 4096)), fp8=st.booleans(), offload=st.booleans(), fsdp=st.booleans(),
+       fix=st.sampled_from(({}, {"fsdp": 1}, {"fsdp": 0}, {"recompute": "full"}, {"tp": 1}, {"pp": 1})))
+def test_no_priced_configuration_is_below_the_floor(model, system, gpus, gbs, seq, fp8, offload, fsdp, fix):
     precision = "fp8_cs" if fp8 and system == "DGX-H100" else "bf16"
     req = PlanRequest(model=get_model(model), system=get_system(system), gpus=gpus, global_batch_size=gbs,
                       seq_length=seq, precisions=(precision,), mbs_options=(1, 2), top=2, allow_offload=offload,
-                      explore_fsdp=fsdp, explore_graphs=False, workers=1)
+                      explore_fsdp=fsdp, explore_graphs=False, workers=1, fix=dict(fix))
     floor = request_floor(req)
     search = Search(req)  # the search itself, without the floor's short cut
     res = search.run()
