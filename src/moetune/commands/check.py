@@ -27,30 +27,18 @@ def _parse_env(items: list[str]) -> dict[str, str]:
     return out
 
 
-def load_input(config_file: str | None, recipe: str | None, megatron_args: str | None) -> dict:
-    """The input config (:func:`moetune.io.load.load_config`, the one loader)."""
-    from moetune.io.load import load_config
-
-    return load_config(config_file, recipe, megatron_args)
-
-
 def run_check(*, config_file: str | None = None, recipe: str | None = None, megatron_args: str | None = None,
               overrides: list[str] | None = None, system: str | None = None, gpus: int | None = None,
               torch: str | None = None, te: str | None = None, mcore: str | None = None, bridge: str | None = None,
               env: dict[str, str] | None = None, fix: bool = False, with_mcore: bool = False) -> dict[str, Any]:
     """Everything ``moetune check`` prints, as a dict (``findings``, ``effective``; ``fix``/``mcore`` on request)."""
     from moetune.io.check import check_config, resolve_fixes
-    from moetune.overrides import apply_overrides, format_override
+    from moetune.io.load import load_config
+    from moetune.overrides import format_override
     from moetune.rules.engine import Env, gpu_key, public_effective
 
-    cfg = load_input(config_file, recipe, megatron_args)
+    cfg = load_config(config_file, recipe, megatron_args, overrides)
     meta = cfg.get("_meta") or {}
-    if overrides:
-        if cfg.get("frontend", "bridge") == "bridge":
-            from moetune.io.bridge import check_override_fields
-
-            check_override_fields(overrides)  # model.no_such_field=1: Bridge rejects it, so do we
-        cfg = apply_overrides(cfg, overrides)
     if gpus is not None and gpus < 1:
         raise InputError.bad_value("--gpus", gpus, "a positive integer")
     sysname = system or meta.get("system")

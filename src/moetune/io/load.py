@@ -811,9 +811,24 @@ def _load_job_json(path: Path, text: str) -> dict:
     return cfg
 
 
-def load_config(config_file: str | None, recipe: str | None, megatron_args: str | None) -> dict:
-    """The input config (nested ConfigContainer form, not yet overridden) of ``moetune check``: a Bridge YAML, a
-    Megatron-LM argument file / ``model_config.yaml``, a moetune job JSON or ConfigContainer JSON, or a recipe."""
+def load_config(config_file: str | None, recipe: str | None, megatron_args: str | None,
+                overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The input config (nested ConfigContainer form) of ``moetune check``: a Bridge YAML, a Megatron-LM argument
+    file / ``model_config.yaml``, a moetune job JSON or ConfigContainer JSON, or a recipe; Hydra-style
+    ``overrides`` applied on top (on a Bridge config, a field Bridge does not know is an error, as in Bridge)."""
+    cfg = _read_config(config_file, recipe, megatron_args)
+    if overrides:
+        from moetune.overrides import apply_overrides
+
+        if cfg.get("frontend", "bridge") == "bridge":
+            from moetune.io.bridge import check_override_fields
+
+            check_override_fields(list(overrides))  # model.no_such_field=1: Bridge rejects it, so do we
+        cfg = apply_overrides(cfg, list(overrides))
+    return cfg
+
+
+def _read_config(config_file: str | None, recipe: str | None, megatron_args: str | None) -> dict:
     from moetune.io.bridge import load_bridge_dict
     from moetune.io.megatron_args import read_megatron_args
 

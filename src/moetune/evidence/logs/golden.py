@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from moetune.errors import InputError
+from moetune.errors import InputError, MoetuneError
 from moetune.evidence.logs.model import FLAG_CHECKPOINT, FLAG_SEGMENT_START, MemoryReport, RunRecord
 from moetune.evidence.logs.values import flatten
 
@@ -144,13 +144,12 @@ def _index_row(path: Path) -> dict[str, Any]:
 
 
 def _read_config(cfg_path: Path) -> tuple[dict[str, Any], str]:
-    try:
-        from moetune.io.megatron_args import read_megatron_args
+    from moetune.io.megatron_args import read_megatron_args
 
+    try:
         cfg = read_megatron_args(cfg_path)
-        flat = flatten({k: v for k, v in cfg.items() if k not in ("frontend",)})
-        return flat, "megatron-model-config"
-    except Exception:  # noqa: BLE001 - reader not installed or stricter than we need: fall back to raw flags
+        return flatten({k: v for k, v in cfg.items() if k not in ("frontend",)}), "megatron-model-config"
+    except MoetuneError:  # the reader is stricter than a log summary needs: fall back to the raw flags
         pass
     import yaml
 
