@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from moetune.perfmodel import comm as C
@@ -59,3 +61,34 @@ def test_tp_collectives_per_layer():
     assert C.tp_collectives_per_layer("A", "E", 4, 4) == 4
     assert C.cp_bytes_per_layer(1000, 256, 1, "p2p") == 0.0
     assert C.cp_bytes_per_layer(1000, 256, 4, "p2p") == 3 * 1000 * 256 * 2
+
+
+def test_pxn_hop_loads_nvlink_only_for_cross_node_nccl_a2a():
+    T, h, k = 4096, 7168, 8
+    intra_1dom, _ = C.a2a_bytes(T, h, k, 8, 1, 8, "alltoall", None)
+    intra, inter = C.a2a_bytes(T, h, k, 16, 1, 8, "alltoall", None)
+    direct = T * h * 2 * k * 7 / 16  # copies to the 7 other local ranks
+    assert intra == pytest.approx(direct + inter * 7 / 8)  # 7/8 of the remote copies cross NVLink first (PXN)
+    assert intra_1dom == pytest.approx(T * h * 2 * k * 7 / 8)
+
+
+def test_nccl_a2a_nic_share_falls_with_remote_domains():
+    f = [C.a2a_nic_factor(n, 0.1) for n in (0, 1, 3, 7, 31)]
+    assert f[0] == f[1] == 1.0
+    assert f[1] > f[2] > f[3] > f[4] > 0.5
+    assert C.a2a_remote_domains(8, 1, 8) == 0 and C.a2a_remote_domains(64, 1, 8) == 7
+    assert C.a2a_remote_domains(16, 2, 8) == 3  # ETP 2: 4 EP ranks per 8-GPU domain
+
+
+def test_a2a_network_paths():
+    lat = {"nvlink": 10.0, "network": 20.0, "per_remote_peer": 0.5}
+    kw = dict(scaleout_eff=0.8, falloff=0.1, deepep_rdma_eff=0.87, latency_us=lat)
+    nic_one, lat_one = C.a2a_network(8, 1, 8, "alltoall", None, 50.0, **kw)
+    nic_nccl, lat_nccl = C.a2a_network(64, 1, 8, "alltoall", None, 50.0, **kw)
+    nic_deepep, _ = C.a2a_network(64, 1, 8, "flex", "deepep", 50.0, **kw)
+    assert lat_one == pytest.approx(10e-6)
+    assert lat_nccl == pytest.approx((20 + 0.5 * 56) * 1e-6)
+    assert nic_nccl == pytest.approx(50 * 0.8 / (1 + 0.1 * math.log2(7)))
+    assert nic_deepep == pytest.approx(50 * 0.87)  # DeepEP README normal-kernel RDMA rate, no NCCL fall-off
+    assert C.a2a_seconds(0.0, 0.0, 400.0, 40.0, 1e-5) == 0.0
+    assert C.a2a_seconds(4e8, 1e8, 400.0, 40.0, 1e-5) == pytest.approx(1e-5 + 1e8 / 40e9)

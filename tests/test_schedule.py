@@ -48,3 +48,26 @@ def test_cuda_graph_scopes_remove_kernels():
     assert H.host_cpu_family("NVIDIA Grace (72 cores)") == "grace"
     assert H.host_cpu_family("2x Intel Xeon Platinum 8480C") == "x86"
     assert H.host_seconds(eager, launch_us=5.0, graph_launch_us=10.0) == pytest.approx(140 * 5e-6)
+
+
+def test_unfused_paths_and_step_host_work():
+    kern = {"attn": 40, "mla_extra": 20, "mamba": 40, "mlp": 20, "moe_router": 25, "moe_preprocess": 25,
+            "moe_dispatch": 20, "moe_experts": 30, "shared_experts": 20, "fp8_casts_per_gemm": 3,
+            "unfused_attention": 16, "moe_unfused_permute": 20, "sequential_mlp_per_expert": 10,
+            "step_per_param_tensor": 4, "step_fixed": 100, "step_syncs": 6}
+    common = dict(mla=False, quant_gemms=0, dropless=True, ep=4, kernels=kern, scopes=frozenset(), graphs_on=False)
+    fused = H.layer_launches("A", "E", local_experts=2, **common)
+    unfused = H.layer_launches("A", "E", local_experts=2, grouped_gemm=False, permute_fusion=False,
+                               unfused_attention=True, **common)
+    assert unfused.eager_kernels - fused.eager_kernels == 16 + 20 + 10 * 2
+    tp8 = H.layer_launches("A", "D", tp_overlap_tp=8, **common)
+    assert tp8.native_kernels == 2 * H.tp_overlap_kernels(2, 8) and tp8.eager_kernels == 40 + 20
+    assert H.host_seconds(tp8, launch_us=50.0, graph_launch_us=10.0, native_us=5.0) == pytest.approx(
+        (60 * 50.0 + tp8.native_kernels * 5.0) * 1e-6)
+    tensors = {"attn": 4, "mla_extra": 4, "mamba": 6, "mlp": 3, "moe": 2, "per_local_expert": 2,
+               "shared_experts": 2, "edges": 3}
+    n = H.param_tensors({("A", "E", False): 6.0, ("A", "D", False): 2.0}, local_experts=4, shared=True, mla=False,
+                        tensors=tensors)
+    assert n == 3 + 6 * (4 + 2 + 2 * 4 + 2) + 2 * (4 + 3)
+    step = H.step_launches(n, kern)
+    assert step.eager_kernels == n * 4 + 100 and step.syncs == 6

@@ -180,3 +180,32 @@ def test_hidden_dp_comm_still_costs_the_sms_it_runs_on():
     # the same FSDP traffic with the distributed optimizer instead is once per step: far less contention
     dist = job.model_copy(update={"features": Features(precision="bf16")})
     assert estimate_time(dist, eff).walls["comm_dp"].seconds < with_sms
+
+
+_GOLDEN = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "megatron_golden"
+
+
+def _golden_iteration_time(case: str) -> float:
+    import json
+    import statistics
+
+    vals = json.loads((_GOLDEN / f"case_{case}_golden.json").read_text())["iteration-time"]["values"]
+    return statistics.median(float(v) for k, v in vals.items() if v not in ("nan", None) and int(k) > 5)
+
+
+@pytest.mark.parametrize("case, wall, tol", [
+    ("gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed", "compute", 0.2),  # README example 5, unfused attention
+    ("gpt3_moe_mcore_te_ep8_resume_torch_dist_dist_optimizer", "host", 0.3),  # hidden 512, one microbatch
+    ("gpt3_mcore_te_tp2_pp1_te_8experts2parallel_ddp_average_in_collective", "host", 0.3),
+])
+def test_functional_test_goldens_iteration_time(case, wall, tol):
+    """Megatron-LM functional-test goldens (8 H100): small host-bound jobs and the README example land near the
+    measured median iteration time, with the right dominant wall."""
+    from moetune.io.config_to_job import job_from_config
+    from moetune.io.megatron_args import read_megatron_args
+
+    job = job_from_config(read_megatron_args(_GOLDEN / f"case_{case}_config.yaml"), system="DGX-H100", gpus=8)
+    est = estimate_time(job)
+    measured = _golden_iteration_time(case)
+    assert est.dominant_wall == wall
+    assert abs(est.step_time_s / measured - 1) < tol, (est.step_time_s, measured)

@@ -22,6 +22,26 @@ docs/domain.md §4.2). Each rank holds T = s·b/(TP·CP) tokens and sends k copi
 * ``allgather``: the tokens of the whole ETP·EP group are all-gathered (and reduce-scattered on combine).
 
 Dispatch moves BF16 hidden states (FP8 dispatch is not enabled in Bridge, domain.md §4.2), combine BF16.
+
+Inter-node all-to-all (what makes cross-node EP slow; constants in efficiency.yaml with their sources):
+
+* **Rails and PXN.** DGX/HGX nodes have one NIC per GPU on rails (systems catalog ``scaleout_bw_gbs``: ConnectX-7
+  400 Gb/s = 50 GB/s, ConnectX-8 800 Gb/s = 100 GB/s per GPU). An NCCL all-to-all cannot aggregate NICs: each
+  GPU's remote traffic leaves through one NIC (nccl-tests issue #267, NCCL maintainers: "the performance you should
+  see is the performance of a single NIC"), and with PXN (NCCL default, ``NCCL_PXN_DISABLE=0``) a message for a
+  remote GPU on another rail first crosses NVLink to the local GPU on the destination's rail, so (e_in − 1)/e_in of
+  the remote bytes also load NVLink (:func:`a2a_bytes`).
+* **Peers and congestion.** The NCCL all-to-all is one send/recv per peer; with more remote domains each NIC serves
+  more concurrent flows (incast at the receivers, congestion in the fabric) and the achieved bandwidth falls below
+  the ring bus bandwidth: :func:`a2a_nic_factor` = 1 / (1 + ``scaleout_a2a_falloff`` · log2(remote domains)),
+  fitted on the published rows with cross-node EP.
+* **Latency floor.** Each all-to-all pays a fixed start-up (``a2a_latency_us``: NVLink-only vs. over the network,
+  plus a per-remote-peer cost of posting one more send/recv), which dominates only for small messages per peer.
+* **DeepEP / HybridEP internode.** A token crosses the network once per remote domain holding one of its experts
+  (RDMA to the same-rail GPU of that node) and is forwarded over NVLink there; the RDMA path sustains the DeepEP
+  README's normal-kernel rate (``deepep_rdma_eff`` of the NIC: H800 + CX7, internode EP32/64 ~43-45 GB/s of payload
+  crossing the network per GPU), independent of the NCCL peer fall-off. The kernels hold ``deepep_sms`` /
+  ``hybridep_sms`` SMs while they run (:mod:`moetune.perfmodel.step`).
 """
 
 from __future__ import annotations
@@ -80,12 +100,40 @@ def a2a_bytes(tokens: float, hidden: float, topk: float, ep: int, etp: int, doma
         intra += copies * (ep - e_in) / ep
         return intra, inter
     inter = copies * (ep - e_in) / ep
+    if n_dom > 1 and e_in > 1:
+        intra += inter * (e_in - 1) / e_in  # PXN: hop to the destination's rail over NVLink first (module doc)
     return intra, inter
 
 
-def a2a_seconds(intra_bytes: float, inter_bytes: float, nvlink_gbs: float, nic_gbs: float) -> float:
-    """NVLink and NIC transfers of an all-to-all run concurrently; the slower one sets the time."""
-    return max(intra_bytes / (nvlink_gbs * 1e9), inter_bytes / (nic_gbs * 1e9))
+def a2a_remote_domains(ep: int, etp: int, domain: int) -> int:
+    """NVLink domains of an EP group other than the rank's own (0 when EP fits in one domain)."""
+    e_in = max(1, min(ep, domain // max(etp, 1)))
+    return max(0, math.ceil(ep / e_in) - 1)
+
+
+def a2a_nic_factor(remote_domains: int, falloff: float) -> float:
+    """Share of the NIC bus bandwidth an NCCL all-to-all keeps with ``remote_domains`` remote NVLink domains
+    (module doc: one NIC per GPU, more concurrent flows per NIC as domains are added)."""
+    if remote_domains <= 1:
+        return 1.0
+    return 1.0 / (1.0 + falloff * math.log2(remote_domains))
+
+
+def a2a_latency_s(remote_domains: int, remote_peers: float, lat: dict[str, float]) -> float:
+    """Fixed start-up of one all-to-all: ``lat['nvlink']`` us on one domain, else ``lat['network']`` us plus
+    ``lat['per_remote_peer']`` us per remote peer (module doc)."""
+    if remote_domains <= 0:
+        return lat.get("nvlink", 0.0) * 1e-6
+    return (lat.get("network", 0.0) + lat.get("per_remote_peer", 0.0) * remote_peers) * 1e-6
+
+
+def a2a_seconds(intra_bytes: float, inter_bytes: float, nvlink_gbs: float, nic_gbs: float,
+                latency_s: float = 0.0) -> float:
+    """NVLink and NIC transfers of an all-to-all run concurrently; the slower one sets the time, after the
+    all-to-all's fixed start-up ``latency_s``."""
+    if intra_bytes <= 0 and inter_bytes <= 0:
+        return 0.0
+    return latency_s + max(intra_bytes / (nvlink_gbs * 1e9), inter_bytes / (nic_gbs * 1e9))
 
 
 def tp_collectives_per_layer(mixer: str, mlp: str, etp: int, tp: int) -> int:
@@ -116,3 +164,20 @@ def cp_bytes_per_layer(tokens_local: float, kv_width: float, cp: int, cp_comm_ty
     if cp_comm_type == "allgather":
         return (cp - 1) * tokens_local * kv_width * BF16
     return 4 * tokens_local * kv_width * BF16 * (cp - 1) / cp
+
+
+def a2a_network(ep: int, etp: int, domain: int, dispatcher: str, backend: str | None, nic_raw_gbs: float, *,
+                scaleout_eff: float, falloff: float, deepep_rdma_eff: float, latency_us: dict[str, float]
+                ) -> tuple[float, float]:
+    """(NIC bandwidth in GB/s, start-up seconds) of one EP dispatch or combine of this layout (module doc):
+    DeepEP/HybridEP internode at ``deepep_rdma_eff`` of the raw NIC rate, NCCL all-to-all at the fitted scale-out
+    fraction times :func:`a2a_nic_factor`; the all-gather dispatcher's ring collectives keep the ring rate."""
+    remote = a2a_remote_domains(ep, etp, domain) if ep > 1 else 0
+    e_in = max(1, min(ep, domain // max(etp, 1)))
+    peers = max(ep - e_in, 0)
+    lat = a2a_latency_s(remote, peers, latency_us) if ep > 1 or dispatcher == "allgather" else 0.0
+    if dispatcher == "flex" and backend in ("deepep", "hybridep") and remote > 0:
+        return nic_raw_gbs * deepep_rdma_eff, lat
+    if dispatcher == "allgather":
+        return nic_raw_gbs * scaleout_eff, lat
+    return nic_raw_gbs * scaleout_eff * a2a_nic_factor(remote, falloff), lat

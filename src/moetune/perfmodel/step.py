@@ -674,7 +674,14 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
         scale = eff.get("clock_scale.blackwell_ultra", 1.0)
         eff_b, eff_q = eff_b * scale, eff_q * scale
     cpu = H.host_cpu_family(job.system.host_cpu)
+    lay, feat = job.layout, job.features
+    nic_a2a, a2a_lat = C.a2a_network(
+        lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.moe_token_dispatcher_type,
+        feat.moe_flex_dispatcher_backend, job.system.scaleout_bw_gbs, scaleout_eff=eff["scaleout_eff"],
+        falloff=eff.get("scaleout_a2a_falloff", 0.0), deepep_rdma_eff=eff.get("deepep_rdma_eff", eff["scaleout_eff"]),
+        latency_us=eff.constants.get("a2a_latency_us", {}))
     return {
+        "nic_a2a": nic_a2a, "a2a_lat": a2a_lat,
         "peak_b": peak_b, "peak_q": peak_q, "eff_b": eff_b, "eff_q": eff_q, "knee": eff["gemm_knee"],
         "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "hbm_stream_eff": eff.get("hbm_stream_eff", eff["hbm_eff"]),
         "attn_eff": eff.get(f"attn_eff.{attn_cls}", eff.get(f"attn_eff.{arch}", 0.45)),
@@ -745,7 +752,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
                               sm_frac=consts["tp_overlap_sms"] / job.system.gpu.sm_count)
         cp_comm = 2 * lt.cp_bytes / (cp_busbw * 1e9) if lay.cp > 1 else 0.0
         cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=feat.cp_comm_type)
-        a2a_one = C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r["nv_a2a"], r["nic"]) if lt.is_moe else 0.0
+        a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r["nv_a2a"], r["nic_a2a"], r["a2a_lat"]) if lt.is_moe
+                   else 0.0)
         rec_a2a = prof.recompute_a2a * a2a_one
         if prof.full_recompute_frac > 0 and lt.is_moe:
             rec_a2a = 2 * a2a_one * prof.full_recompute_frac
