@@ -2,20 +2,23 @@
 
 Megatron formats every field of ``training_log`` with a fixed format string, so consecutive iteration lines of a run
 share their key bytes exactly. Once the general parser (:meth:`.parser.Parser.parse_iteration`) has seen a complete
-line of a layout, :class:`Layout` compiles that exact key sequence to one regex. Later lines carrying the literal
-``nan iterations`` (the last key of every Megatron / Bridge iteration line) are set aside while no record or block
-is open, with their layout guessed from their numbers of ``|`` and ``:``; batches of :data:`FLUSH_ROWS` are then
-matched by one multi-line regex pass over the joined batch and their numbers converted column by column with numpy.
+line of a layout, :class:`Layout` compiles that exact key sequence to regexes. While no record or block is open,
+later lines carrying the literal ``nan iterations`` (the last key of every Megatron / Bridge iteration line) are
+recognised by that literal on the raw bytes and set aside (:meth:`BulkIterations.scan`), their layout guessed from
+their numbers of ``|`` and ``:``; at the end of a chunk holding :data:`FLUSH_ROWS` or more of them, each layout's
+lines are matched by one regex pass over the joined lines and their numbers converted column by column with numpy.
+NCCL ``Connection closed`` chatter past its evidence cap is only counted.
 
-Exactness: a batch row equals what :meth:`~.parser.Parser.parse_iteration` gives for the same line (same columns,
-same ``float`` conversion, same rank bookkeeping); a line the layout regex does not match goes back to the
+Exactness: a bulk row equals what :meth:`~.parser.Parser.parse_iteration` gives for the same line (same columns,
+same ``float`` conversion, same rank bookkeeping); a line the layout regexes do not match goes back to the
 recognisers (:meth:`~.parser.Parser.reparse`). ``tests/test_logs_fastpath.py`` checks it on every log in
-``data/logs`` and on generated mixes.
+``data/logs``, on long repeats and on generated mixes.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -32,6 +35,8 @@ from moetune.evidence.logs.parser import (
     C_LOSS_MISSING,
     C_SEGMENT,
     C_TOTAL,
+    MAX_SIGNALS_PER_KIND,
+    RING_MASK,
     Parser,
 )
 from moetune.evidence.logs.values import num
@@ -40,6 +45,8 @@ from moetune.evidence.logs.values import num
 FLUSH_ROWS = 8192
 #: the literal every complete Megatron / Bridge iteration line carries (its last key)
 COMPLETE_LITERAL = b"nan iterations"
+_NCCL_INFO = b"NCCL INFO"
+_CLOSED = b"Connection closed by localRank"
 #: columns the bulk path converts; other printed fields (energy, power, params norm, max attention logit …) are
 #: matched but not converted (float parsing dominates the cost of an iteration line)
 _BULK_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_norm", "skipped", "nan", "lr",
@@ -47,11 +54,12 @@ _BULK_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_nor
 _IDX = IterationTable.INDEX
 
 
-def parse_columns(groups: list[tuple[bytes, ...]], k: int, width: int) -> np.ndarray:
-    """float() of every captured value, column by column; a column whose values repeat (batch size, loss scale,
-    skipped/NaN counters) converts each distinct value once. Raises ValueError on an unparsable value."""
-    out = np.empty((k, width))
-    for j, col in enumerate(zip(*groups, strict=True)):
+def parse_columns(cols: list[Sequence[bytes]], k: int) -> np.ndarray:
+    """float() of every captured value, column by column (``k`` values each); a column whose values repeat (batch
+    size, loss scale, skipped/NaN counters) converts each distinct value once. Raises ValueError on an unparsable
+    value."""
+    out = np.empty((k, len(cols)))
+    for j, col in enumerate(cols):
         if len(set(col[::64])) <= 4:
             distinct = set(col)
             if len(distinct) <= 64:
@@ -70,10 +78,10 @@ class Layout:
     cleans them first).
     """
 
-    __slots__ = ("rx_full", "rx_multi", "perm", "scale", "gn_idx", "has_primary", "extras")
+    __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras")
 
     def __init__(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
-        parts, mparts = [], []
+        parts, mparts, bparts = [], [], []
         cols: list[tuple[str, Any]] = []  # per value group: (kind, arg)
         for j, k in enumerate(keys):
             kind, arg = specs[k]
@@ -83,11 +91,19 @@ class Layout:
                          (rb"\|?[ \t]*\Z" if last else rb"\|"))
             mparts.append(re.escape(k) + b":" + (rb"([^|\n\r\x1b]*)" if needed else rb"[^|\n\r\x1b]*") +
                           (rb"\|?[ \t]*$" if last else rb"\|"))
+            bparts.append(re.escape(k) + b":" + (rb"([^|]*)" if needed else rb"[^|]*") + (rb"\|?[ \t]*$" if last else rb"\|"))
             if needed:
                 cols.append((kind, arg))
-        head = rb"iteration\s+(\d+)\s*/\s*(\d+)\s*\|"
-        self.rx_full = re.compile(rb"[^|\r\x1b]*?\b" + head + b"".join(parts), re.S)
-        self.rx_multi = re.compile(rb"^[^|\n\r\x1b]*?\b" + head.replace(rb"\s", rb"[ \t]") + b"".join(mparts), re.M)
+        # "iteration" at the start or after a blank, "]" or "|" (as patterns.iter_head); not a NeMo line
+        before = rb"(?<![^\s\]|])iteration"
+        self.rx_full = re.compile(rb"(?![^|]*Training epoch)[^|\r\x1b]*?" + before +
+                                  rb"\s+(\d+)\s*/\s*(\d+)\s*\|" + b"".join(parts), re.S)
+        self.rx_multi = re.compile(rb"^(?![^|\n]*Training epoch)[^|\n\r\x1b]*?" + before +
+                                   rb"[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|" + b"".join(mparts), re.M)
+        # the common case, faster: a blank, an optional "[timestamp] ", the head; applied to "\n" + the batch joined
+        # by "\n" with no CR / ESC in it (a value cannot span lines: each match starts a line, and all must match)
+        self.rx_bulk = re.compile(rb"\n (?:\[[^\]\n|\r\x1b]*\] )?iteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|" +
+                                  b"".join(bparts), re.M)
         nan_group = len(cols) + 2  # groups: iteration, total, then the needed fields; the NaN column is appended
         perm = [nan_group] * IterationTable.NCOL
         perm[C_ITER], perm[C_TOTAL] = 0, 1
@@ -121,16 +137,71 @@ class BulkIterations:
         self.q_raw: list[bytes] = []
         self.q_lines: list[int] = []
         self.q_layout: list[Layout] = []
+        # rows the general parser made meanwhile (wrapped records, other layouts): merged by line when flushed
+        self.rows: list[list[float]] = []
+        self.row_extras: list[tuple[int, dict[str, float]]] = []
+        self.hold = False  # no flush while a chunk is scanned (its bulk lines are queued at its end)
         parser.on_layout = self.add_layout
-        parser.before_row = self.flush
+        parser.append_row = self.add_row
+        parser.flush_rows = self.flush
+        parser.take_joined = self.take_joined
+        parser.take_line = self.take
 
     def add_layout(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         if any(COMPLETE_LITERAL in k for k in keys):  # only lines that carry the literal are ever queued
             self.layouts.append(Layout(keys, specs))
 
-    def take(self, line_no: int, line: bytes) -> bool:
-        """Queue a line holding :data:`COMPLETE_LITERAL`, seen while no record or block is open, when its ``|``/``:``
-        counts name a known layout (or it matches one); False: the line takes the general path."""
+    def add_row(self, values: list[float], extra: dict[str, float] | None) -> None:
+        """A row from the general parser (see :meth:`.parser.Parser.parse_iteration`)."""
+        if extra:
+            self.row_extras.append((len(self.rows), extra))
+        self.rows.append(values)
+        if len(self.rows) >= FLUSH_ROWS and not self.hold:
+            self.flush()
+
+    def scan(self, lines: list[bytes], first: int) -> None:
+        """Process one chunk of lines (numbered from ``first``).
+
+        While no record or block is open, complete iteration lines (the literal) whose ``|``/``:`` counts name a
+        known layout and that have no rank prefix are queued, and NCCL ``Connection closed`` chatter past its
+        evidence cap is only counted; every other line goes to :meth:`.parser.Parser.feed` (which may still queue a
+        complete iteration line, see ``take_line``). The queue is parsed at the end of the chunk.
+        """
+        parser = self.parser
+        feed, ring, hints, counts = parser.feed, parser.ring, self.hints, parser.rec.signal_counts
+        q_raw, q_lines, q_layout = self.q_raw.append, self.q_lines.append, self.q_layout.append
+        self.hold = True
+        clean = parser.clean
+        capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
+        closed = 0
+        for n, line in enumerate(lines, first):
+            if COMPLETE_LITERAL in line:
+                if clean:
+                    layout = hints.get((line.count(b"|"), line.count(b":")))
+                    if layout is not None and line[:1] == b" ":
+                        q_raw(line)
+                        q_lines(n)
+                        q_layout(layout)
+                        parser.rows_seen += 1
+                        ring[n & RING_MASK] = line
+                        continue
+            elif capped and _CLOSED in line and _NCCL_INFO in line:
+                closed += 1
+                ring[n & RING_MASK] = line
+                continue
+            feed(n, line)
+            clean = parser.pending is None and not parser.block
+            capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
+        self.hold = False
+        if closed:
+            parser.rec.recognised_lines += closed
+            counts["nccl_connection_closed"] += closed
+        if len(self.q_raw) >= FLUSH_ROWS or len(self.rows) >= FLUSH_ROWS:
+            self.flush()
+
+    def layout_of(self, line: bytes) -> Layout | None:
+        """The known layout a line holding :data:`COMPLETE_LITERAL` seems to have: guessed from its ``|`` and ``:``
+        counts (verified when the batch is parsed), else the first layout whose regex matches it."""
         key = (line.count(b"|"), line.count(b":"))
         layout = self.hints.get(key)
         if layout is None:
@@ -138,24 +209,72 @@ class BulkIterations:
                 if cand.rx_full.match(line) is not None:
                     layout = self.hints[key] = cand
                     break
-            else:
-                return False
+        return layout
+
+    def take(self, line_no: int, line: bytes) -> bool:
+        """Queue a line holding :data:`COMPLETE_LITERAL`, seen while no record or block is open, when it has a known
+        layout; False: the line takes the general path."""
+        layout = self.layout_of(line)
+        if layout is None:
+            return False
+        if line[:1] != b" ":  # a rank prefix, recorded as the general parser records it
+            m = P.RANK_PREFIX.match(line)
+            if m is not None:
+                self.parser.rec.ranks_seen.add(int(m.group(1) or m.group(2)))
+        self._queue(line_no, line, layout)
+        return True
+
+    def take_joined(self, line_no: int, text: bytes, rank: int | None) -> bool:
+        """Queue a re-joined terminal-wrapped iteration record (cleaned, rank prefix removed) when it holds
+        :data:`COMPLETE_LITERAL` and has a known layout; False: the general parser takes it."""
+        layout = self.layout_of(text) if COMPLETE_LITERAL in text else None
+        if layout is None:
+            return False
+        if rank is not None:
+            self.parser.rec.ranks_seen.add(rank)
+        self._queue(line_no, text, layout)
+        return True
+
+    def _queue(self, line_no: int, line: bytes, layout: Layout) -> None:
         self.q_raw.append(line)
         self.q_lines.append(line_no)
         self.q_layout.append(layout)
         self.parser.rows_seen += 1
-        if len(self.q_raw) >= FLUSH_ROWS:
+        if len(self.q_raw) >= FLUSH_ROWS and not self.hold:
             self.flush()
-        return True
 
     def flush(self) -> None:
-        """Parse the queued lines, grouped by layout, and append them as one block in line order."""
+        """Parse the queued lines, grouped by layout, and append them with the general parser's rows as one block in
+        line order (lines that go back to the recognisers may add rows meanwhile: those follow)."""
+        while self.q_raw or self.rows:
+            self._flush_once()
+
+    def _flush_once(self) -> None:
         raw, lines, layouts = self.q_raw, self.q_lines, self.q_layout
-        if not raw:
-            return
+        rows, row_extras = self.rows, self.row_extras
         self.q_raw, self.q_lines, self.q_layout = [], [], []
-        self.parser.sources.add("megatron")
-        self._ranks(raw)
+        self.rows, self.row_extras = [], []
+        parts = [self._general_rows(rows, row_extras)] if rows else []
+        if raw:
+            self.parser.sources.add("megatron")
+            parts.extend(self._parse_queue(raw, lines, layouts))
+        self._append([pt for pt in parts if pt is not None])
+
+    @staticmethod
+    def _general_rows(rows: list[list[float]], row_extras: list[tuple[int, dict[str, float]]]) \
+            -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        block = np.array(rows, dtype=np.float64)
+        extras: dict[str, np.ndarray] = {}
+        for i, extra in row_extras:
+            for key, v in extra.items():
+                col = extras.get(key)
+                if col is None:
+                    col = extras[key] = np.full(len(rows), np.nan)
+                col[i] = v
+        return block, extras
+
+    def _parse_queue(self, raw: list[bytes], lines: list[int], layouts: list[Layout]) -> list:
+        """The queued lines, grouped by layout."""
         first = layouts[0]
         if layouts.count(first) == len(layouts):
             parts = [self._parse(first, raw, lines)]
@@ -170,21 +289,12 @@ class BulkIterations:
                 else:
                     pick = itemgetter(*ix)
                     parts.append(self._parse(lay, list(pick(raw)), list(pick(lines))))
-        self._append([pt for pt in parts if pt is not None])
-
-    def _ranks(self, raw: list[bytes]) -> None:
-        """Ranks named by line prefixes (as the general parser records them for lines not starting with a blank)."""
-        ranks = self.parser.rec.ranks_seen
-        for line in raw:
-            if line[:1] != b" ":
-                m = P.RANK_PREFIX.match(line)
-                if m is not None:
-                    ranks.add(int(m.group(1) or m.group(2)))
+        return parts
 
     def _append(self, parts: list[tuple[np.ndarray, dict[str, np.ndarray]]]) -> None:
         if not parts:
             return
-        if len(parts) == 1:
+        if len(parts) == 1 and not (np.diff(parts[0][0][:, C_LINE]) < 0).any():
             block, extras = parts[0]
         else:
             block = np.concatenate([b for b, _ in parts])
@@ -204,9 +314,12 @@ class BulkIterations:
         self.parser.rec.iterations.extend_block(block, extras)
 
     def _parse(self, lay: Layout, raw: list[bytes], lines: list[int]) -> tuple[np.ndarray, dict] | None:
-        """Lines of one layout in bulk (one multi-line regex pass, then the numbers column by column); lines that
-        turn out not to be of this layout go back to the recognisers."""
-        groups = lay.rx_multi.findall(b"\n".join(raw))
+        """Lines guessed to have one layout, in bulk (one regex pass over the joined lines, then the numbers column by
+        column); lines that turn out not to be of this layout go back to the recognisers."""
+        text = b"\n".join(raw)
+        groups = [] if b"\r" in text or b"\x1b" in text else lay.rx_bulk.findall(b"\n" + text)
+        if len(groups) != len(raw):
+            groups = lay.rx_multi.findall(text)
         if len(groups) != len(raw):  # some line is not of this layout: match one by one
             groups, ok_lines = [], []
             for ln, line in zip(lines, raw, strict=True):
@@ -220,13 +333,13 @@ class BulkIterations:
             lines = ok_lines
         if not groups:
             return None
-        self.parser.rec.recognised_lines += len(groups)
-        k = len(groups)
-        width = len(groups[0])
+        cols = list(zip(*groups, strict=True))
+        k = len(lines)
+        self.parser.rec.recognised_lines += k
         try:
-            arr = parse_columns(groups, k, width)
+            arr = parse_columns(cols, k)
         except ValueError:  # a value with blanks inside or an unparsable value: convert one by one
-            arr = np.array([[num(x) for x in g] for g in groups], dtype=np.float64)
+            arr = np.array([[num(x) for x in col] for col in cols], dtype=np.float64).T.reshape(k, len(cols))
         arr = np.concatenate([arr, np.full((k, 1), np.nan)], axis=1)
         block = arr[:, lay.perm]
         if lay.scale != 1.0:

@@ -148,12 +148,27 @@ def _clean(line: bytes) -> bytes:
     return line
 
 
+class _Fields:
+    """What the fields of one iteration record said besides the row values."""
+
+    __slots__ = ("keys", "extra", "numeric", "has_primary", "has_loss_scale")
+
+    def __init__(self) -> None:
+        self.keys: list[bytes] = []
+        self.extra: dict[str, float] | None = None
+        self.numeric = True
+        self.has_primary = False
+        self.has_loss_scale = False
+
+
 class Parser:
     """Line-by-line state machine filling a :class:`RunRecord` (see module docstring).
 
     ``on_layout`` is called with ``(keys, key specs)`` for each new complete iteration-line layout (the bulk path
-    compiles it); ``before_row`` before a row parsed here is appended (the bulk path appends its queued rows first,
-    so that rows stay in line order).
+    compiles it); ``append_row(values, extra)`` appends a row parsed here (the bulk path queues it with its own rows,
+    so that rows stay in line order), ``flush_rows()`` appends what is queued (called by :meth:`finish`) and
+    ``take_joined(line_no, text, rank)`` / ``take_line(line_no, line)`` may take a re-joined wrapped iteration record
+    / a complete iteration line for bulk parsing.
     """
 
     def __init__(self, rec: RunRecord) -> None:
@@ -173,11 +188,14 @@ class Parser:
         self.frames: dict[int | None, deque[str]] = {}
         self.tb_open: dict[int | None, int] = {}
         self.key_cache: dict[bytes, tuple[str, Any]] = {}
-        self.layout_keys: set[tuple[tuple[bytes, ...], int]] = set()
+        self.layout_keys: set[tuple[bytes, ...]] = set()
         self.timer_names: dict[bytes, str] = {}
         self.sources: set[str] = set()
         self.on_layout: Any = None
-        self.before_row: Any = None
+        self.append_row: Any = rec.iterations.append_values
+        self.flush_rows: Any = lambda: None
+        self.take_joined: Any = lambda line_no, text, rank: False
+        self.take_line: Any = lambda line_no, line: False
 
     @property
     def clean(self) -> bool:
@@ -257,10 +275,13 @@ class Parser:
         elif self.pending is None and not self.block and b"NCCL INFO" in line:
             nccl_info(self, line_no, line)  # on the raw line: it strips what it keeps
             return
-        line = _clean(line)
+        if b"\r" in line or b"\x1b" in line:
+            line = _clean(line)
         if self.pending is not None and self._continue_pending(line):
             return
         if self.block and self._continue_block(line_no, line):
+            return
+        if b"nan iterations" in line and self.take_line(line_no, line):
             return
         self.offer(line_no, line)
 
@@ -332,6 +353,8 @@ class Parser:
             return
         text = b"".join(parts)
         if self.pending_kind == "iteration":
+            if not truncated and self.take_joined(self.pending_line, text, self.pending_rank):
+                return
             m = P.iter_head(text)
             assert m is not None  # the first part starts with an iteration head
             complete = b"nan iterations" in text
@@ -345,53 +368,19 @@ class Parser:
         """One iteration record (``rest``: the text after ``iteration N/ M |``), field by field."""
         self.rec.recognised_lines += 1
         row: dict[str, float] = {"iteration": float(iteration), "train_iters": float(total)}
-        extra: dict[str, float] | None = None
-        has_primary = False
-        has_loss_scale = False
-        cache = self.key_cache
-        keys: list[bytes] = []
-        numeric = True
+        fields = _Fields()
         for seg in rest.split(b"|"):
-            k, sep, v = seg.partition(b":")
-            if not sep:
-                if seg.strip():
-                    numeric = False
-                continue
-            keys.append(k)
-            spec = cache.get(k)
-            if spec is None:
-                spec = cache[k] = key_spec(k)
-            kind, arg = spec
-            x = num(v.strip())
-            if x != x and v.strip().lower() not in (b"nan", b"-nan"):
-                numeric = False
-            if kind == "col":
-                col, scale = arg
-                if x == x or col == "grad_norm":
-                    row[col] = x * scale if x == x else x
-                if col == "loss_scale":
-                    has_loss_scale = True
-            elif kind == "primary":
-                row["loss"] = x
-                has_primary = True
-            elif kind == "loss":
-                if extra is None:
-                    extra = {}
-                extra[arg] = x
+            self._field(seg, row, fields)
+        gs = row.pop("global_step", None)
         if nemo:
-            gs = row.pop("global_step", None)
             if gs is not None:
                 row["iteration"] = gs
-        else:
-            row.pop("global_step", None)
-            layout = (tuple(keys), total)
-            if numeric and keys and complete and not truncated and self.on_layout is not None and \
-                    len(self.layout_keys) < MAX_LAYOUTS and layout not in self.layout_keys:
-                self.layout_keys.add(layout)
-                self.on_layout(keys, cache)
+        elif fields.numeric and fields.keys and complete and not truncated:
+            self._learn_layout(fields.keys)
         if "grad_norm" in row and not math.isfinite(row["grad_norm"]):
             row["grad_norm_nonfinite"] = 1.0
-        row["loss_missing"] = 0.0 if has_primary or nemo or not (complete or has_loss_scale) else 1.0
+        missing = not (fields.has_primary or nemo) and (complete or fields.has_loss_scale)
+        row["loss_missing"] = 1.0 if missing else 0.0
         values = [row.get(name, NAN) for name in IterationTable.COLUMNS]
         values[C_FLAGS] = float(FLAG_TRUNCATED) if truncated else 0.0
         values[C_SEGMENT] = 0.0
@@ -399,10 +388,45 @@ class Parser:
         if rank is not None:
             self.rec.ranks_seen.add(rank)
         self.rows_seen += 1
-        if self.before_row is not None:
-            self.before_row()
-        self.rec.iterations.append_values(values, extra)
+        self.append_row(values, fields.extra)
         self.sources.add("nemo" if nemo else "megatron")
+
+    def _field(self, seg: bytes, row: dict[str, float], fields: _Fields) -> None:
+        """One ``key: value`` segment of an iteration record into ``row`` (other losses into ``fields.extra``)."""
+        k, sep, v = seg.partition(b":")
+        if not sep:
+            fields.numeric = fields.numeric and not seg.strip()
+            return
+        fields.keys.append(k)
+        spec = self.key_cache.get(k)
+        if spec is None:
+            spec = self.key_cache[k] = key_spec(k)
+        v = v.strip()
+        x = num(v)
+        if x != x and v.lower() not in (b"nan", b"-nan"):
+            fields.numeric = False
+        kind, arg = spec
+        if kind == "col":
+            col, scale = arg
+            if x == x:
+                row[col] = x * scale
+            elif col == "grad_norm":
+                row[col] = x
+            fields.has_loss_scale = fields.has_loss_scale or col == "loss_scale"
+        elif kind == "primary":
+            row["loss"] = x
+            fields.has_primary = True
+        elif kind == "loss":
+            if fields.extra is None:
+                fields.extra = {}
+            fields.extra[arg] = x
+
+    def _learn_layout(self, keys: list[bytes]) -> None:
+        """Hand a new complete, all-numeric layout to ``on_layout`` (at most :data:`MAX_LAYOUTS`)."""
+        layout = tuple(keys)
+        if self.on_layout is not None and len(self.layout_keys) < MAX_LAYOUTS and layout not in self.layout_keys:
+            self.layout_keys.add(layout)
+            self.on_layout(keys, self.key_cache)
 
     # ---------------------------------------------------------------- Bridge step time
     def step_time(self, line_no: int, elapsed_s: float, tflops: float | None) -> None:
@@ -550,6 +574,7 @@ class Parser:
                 self.signal(start, "traceback_unterminated", f"traceback with {len(fr)} frames, no exception line"
                             .encode(), rank, frames=tuple(fr))
         self.frames.clear()
+        self.flush_rows()
         self._resolve_rows()
         rec = self.rec
         if "bridge" in self.sources:

@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import IO
 
 from moetune.errors import InputError
-from moetune.evidence.logs.fastpath import COMPLETE_LITERAL, BulkIterations
+from moetune.evidence.logs.fastpath import BulkIterations
 from moetune.evidence.logs.model import RunRecord
-from moetune.evidence.logs.parser import MAX_SIGNALS_PER_KIND, RING_MASK, Parser
+from moetune.evidence.logs.parser import Parser
 
 #: bytes read per chunk (lines are split from chunks in C)
 CHUNK_BYTES = 1 << 22
-_CLOSED = b"Connection closed by localRank"
 
 
 def _open(path: Path) -> IO[bytes]:
@@ -70,7 +69,7 @@ def read_text_log(path: Path, *, bulk: bool = True) -> RunRecord:
             f.seek(0)
             while chunk := f.read(CHUNK_BYTES):
                 nbytes += len(chunk)
-                lines = (tail + chunk).split(b"\n")
+                lines = (tail + chunk if tail else chunk).split(b"\n")
                 tail = lines.pop()
                 n = _scan(parser, queue, lines, n)
             if tail:
@@ -79,8 +78,6 @@ def read_text_log(path: Path, *, bulk: bool = True) -> RunRecord:
     except OSError as exc:  # gzip errors, I/O errors
         raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})", field="log",
                          value=str(path)) from None
-    if queue is not None:
-        queue.flush()
     parser.finish()
     rec.lines = n
     rec.bytes = nbytes
@@ -89,35 +86,12 @@ def read_text_log(path: Path, *, bulk: bool = True) -> RunRecord:
 
 
 def _scan(parser: Parser, queue: BulkIterations | None, lines: list[bytes], last: int) -> int:
-    """Feed ``lines`` (numbered from ``last + 1``); returns the new last line number.
-
-    While no record or block is open (``clean``), complete iteration lines of a known layout go to the bulk queue
-    and NCCL ``Connection closed`` chatter past its evidence cap is only counted; every other line goes to
-    :meth:`.parser.Parser.feed`.
-    """
-    feed, ring, rec = parser.feed, parser.ring, parser.rec
+    """Feed ``lines`` (numbered from ``last + 1``) line by line, or through the bulk path; returns the new last line
+    number."""
     if queue is None:
+        feed = parser.feed
         for n, line in enumerate(lines, last + 1):
             feed(n, line)
-        return last + len(lines)
-    take = queue.take
-    counts = rec.signal_counts
-    clean = parser.clean
-    capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
-    closed = 0
-    for n, line in enumerate(lines, last + 1):
-        if COMPLETE_LITERAL in line:
-            if clean and queue.layouts and take(n, line):
-                ring[n & RING_MASK] = line
-                continue
-        elif capped and _CLOSED in line and b"NCCL INFO" in line:
-            closed += 1
-            ring[n & RING_MASK] = line
-            continue
-        feed(n, line)
-        clean = parser.clean
-        capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
-    if closed:
-        rec.recognised_lines += closed
-        counts["nccl_connection_closed"] += closed
+    else:
+        queue.scan(lines, last + 1)
     return last + len(lines)

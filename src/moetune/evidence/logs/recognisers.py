@@ -72,9 +72,15 @@ def recogniser(registry: list[Recogniser], name: str, *triggers: bytes) -> Calla
 
 def offer(registry: list[Recogniser], parser: Any, line_no: int, line: bytes) -> bool:
     """Offer ``line`` to each recogniser of ``registry`` in order; True when one took it."""
-    for r in registry:
-        if r.claims(parser, line_no, line):
-            return True
+    for r in registry:  # Recogniser.claims, inlined (this loop runs for every line no open record takes)
+        for t in r.triggers:
+            if t in line:
+                if r.handle(parser, line_no, line):
+                    return True
+                break
+        else:
+            if not r.triggers and r.handle(parser, line_no, line):
+                return True
     return False
 
 
