@@ -39,8 +39,10 @@ def _imports(path: Path, src: Path = SRC) -> list[tuple[str, list[str], int]]:
             else:
                 target = node.module or ""
             names = [a.name for a in node.names]
-            if target == "moetune":
-                out += [(f"moetune.{n}", [], node.lineno) for n in names]
+            if target == "moetune":  # a submodule, or a name of the package itself (__version__)
+                pkg = src / "moetune"
+                out += [(f"moetune.{n}", [], node.lineno) if (pkg / n).is_dir() or (pkg / f"{n}.py").is_file()
+                        else ("moetune", [n], node.lineno) for n in names]
             else:
                 out.append((target, names, node.lineno))
     return out
@@ -104,9 +106,9 @@ def test_relative_imports_are_resolved(tmp_path):
     pkg = tmp_path / "moetune" / "x"
     pkg.mkdir(parents=True)
     f = pkg / "m.py"
-    f.write_text("from . import a\nfrom ..y import b\nfrom .z import c\n")
+    f.write_text("from . import a\nfrom ..y import b\nfrom .z import c\nfrom moetune import x, __version__\n")
     got = [t for t, _, _ in _imports(f, tmp_path)]
-    assert got == ["moetune.x", "moetune.y", "moetune.x.z"]
+    assert got == ["moetune.x", "moetune.y", "moetune.x.z", "moetune.x", "moetune"]
 
 
 def test_package_graph_is_acyclic():

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from moetune.catalog.hf import MAX_EXPERTS, MAX_LAYERS, MAX_VOCAB, Cfg
+from moetune.catalog.hf_config import MAX_EXPERTS, MAX_LAYERS, MAX_VOCAB, Cfg
 from moetune.errors import InputError
 
 Builder = Callable[[Cfg], dict[str, Any]]
