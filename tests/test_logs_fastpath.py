@@ -130,3 +130,30 @@ def test_registry_names_are_unique_and_triggered():
     names = [r.name for r in (*RECORDS, *SIGNALS)]
     assert len(names) == len(set(names))
     assert all(r.triggers for r in (*RECORDS, *SIGNALS) if r.name != "traceback_code")
+
+
+def test_a_new_format_is_one_registration(tmp_path):
+    """A recogniser registered for a made-up line kind takes those lines (and only those) in both paths."""
+    from moetune.evidence.logs.recognisers import recogniser
+
+    seen = []
+
+    def handler(p, line_no, line):
+        if not line.startswith(b"MYFMT step"):
+            return False
+        seen.append(line_no)
+        p.rec.recognised_lines += 1
+        return True
+
+    n_before = len(RECORDS)
+    recogniser(RECORDS, "test_myfmt", b"MYFMT")(handler)
+    try:
+        p = tmp_path / "my.log"
+        p.write_text((LOGS / "log_iteration_1.txt").read_text() + "MYFMT step 1 took 3 s\nnot MYFMT\n")
+        fast = read_text_log(p)
+        assert seen == [fast.lines - 1]
+        seen.clear()
+        assert_same_record(fast, read_text_log(p, bulk=False))
+        assert seen == [fast.lines - 1]
+    finally:
+        del RECORDS[n_before:]

@@ -46,13 +46,6 @@ class Recogniser:
     triggers: tuple[bytes, ...]
     handle: Handler
 
-    def claims(self, parser: Any, line_no: int, line: bytes) -> bool:
-        """Offer ``line``: True when a trigger occurs in it and the handler took it."""
-        for t in self.triggers:
-            if t in line:
-                return self.handle(parser, line_no, line)
-        return not self.triggers and self.handle(parser, line_no, line)
-
 
 #: record lines (iterations, memory, timers, configuration, versions …), offered first
 RECORDS: list[Recogniser] = []
@@ -72,7 +65,7 @@ def recogniser(registry: list[Recogniser], name: str, *triggers: bytes) -> Calla
 
 def offer(registry: list[Recogniser], parser: Any, line_no: int, line: bytes) -> bool:
     """Offer ``line`` to each recogniser of ``registry`` in order; True when one took it."""
-    for r in registry:  # Recogniser.claims, inlined (this loop runs for every line no open record takes)
+    for r in registry:  # runs for every line no open record or block takes: kept flat
         for t in r.triggers:
             if t in line:
                 if r.handle(parser, line_no, line):
