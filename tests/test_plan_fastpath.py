@@ -102,8 +102,9 @@ def test_schedule_floor_bounds_every_variant(lp):
 
 
 def _summary(res: P.PlanResult) -> tuple:
+    """What a plan reports: candidates, per-layout bests, notes, and the closest misses when nothing fits."""
     return ([(c.sort_key(), c.time.model_dump(), _mem_values(c.memory), c.recompute_rank) for c in res.candidates],
-            res.per_layout_best, [(o, j) for o, j in res.closest], res.notes)
+            res.per_layout_best, [] if res.candidates else [(o, j) for o, j in res.closest], res.notes)
 
 
 @pytest.mark.parametrize("kw", [dict(top=4), dict(top=6, exact_ranking=True, mbs_options=(1, 2)),

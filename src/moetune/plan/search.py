@@ -131,7 +131,9 @@ class PlanResult:
     pruned_memory: int
     pruned_bound: int
     rejected_by_check: int
-    closest: list[tuple[float, Job]]  # (overflow GiB, floor job) of the closest misses
+    #: (overflow GiB, floor job) of the closest misses among the layouts whose fit was tested: all of them when no
+    #: candidate fits (a search that found candidates skips the fit tests of layouts its bound prunes)
+    closest: list[tuple[float, Job]]
     notes: list[str] = field(default_factory=list)
     #: best predicted step time per layout (tp, cp, pp, vpp, ep, etp, mbs, pipeline_layout) over its features
     per_layout_best: dict[tuple, float] = field(default_factory=dict)
@@ -410,8 +412,9 @@ class Search:
     Inside pass 2 a visited layout whose :func:`_schedule_floor` (the bubble, the slowest stage and the cheapest
     dispatcher's EP time added to the variant floor) exceeds the k-th best is not retuned (``schedule_bound``): none
     of its variants could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the
-    counters differ); its full-recompute fit is still tested, so the closest misses are unchanged (``exact_ranking``
-    turns this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
+    counters differ) and neither is its full-recompute fit tested: the skip needs a finite bound, so some layout fits,
+    and the closest misses (:attr:`PlanResult.closest`) are reported - and complete - only when none does
+    (``exact_ranking`` turns this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
     stopping at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
     estimate_walls`), and the full memory / time estimates are built only for the candidates kept.
 
@@ -512,16 +515,17 @@ class Search:
             if floor > self.kth_best():
                 self.pruned_bound += len(queue) - i
                 break
+            if self.schedule_bound and (sched_floor > self.kth_best() or self.ep_floor(lp, mode) > self.kth_best()):
+                # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip it, its
+                # fit test too (the bound is finite, so candidates exist and the closest misses are not reported)
+                self.pruned_bound += 1
+                continue
             # the most memory-saving recompute allowed (pruning proof: see module docstring)
             floor_feats = self.features(mode, lp, floor_rec)
             if not self.fits(lp, floor_feats):
                 over = _fits_peaks(self.memory_of(lp, floor_feats), self.capacity, self.headroom)[1]
                 self.pruned_mem += 1
                 self.note_miss(over, lp, mode)
-                continue
-            if self.schedule_bound and (sched_floor > self.kth_best() or self.ep_floor(lp, mode) > self.kth_best()):
-                # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip it
-                self.pruned_bound += 1
                 continue
             for rank, rec in self.rec_opts:
                 if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
