@@ -64,7 +64,8 @@ def _row_setup(r: dict):
         pub["fsdp"] = 1
     key = (model.name, system.name, gpus, gbs, seq, prec)
     kw = {"model": model, "system": system, "gpus": gpus, "global_batch_size": gbs, "seq_length": seq,
-          "precisions": (prec,), "mbs_options": tuple(sorted({1, 2, 4, pub["mbs"]})), "top": 10}
+          "precisions": (prec,), "mbs_options": tuple(sorted({1, 2, 4, pub["mbs"]})), "top": 10,
+          "workers": knobs.workers()}
     return (key, kw, pub), ""
 
 

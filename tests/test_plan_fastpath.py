@@ -97,8 +97,13 @@ def test_schedule_floor_bounds_every_variant(lp):
     bound_ep = P._schedule_floor(res, by_disp)
     assert P._walls_floor(res["walls"]) <= bound / (1.0 - 1e-9) * (1 + 1e-12)
     assert bound <= bound_ep
+    own = {}  # each dispatcher's bound, for the variants of that dispatcher (Search.ep_floor)
+    for d, r in zip(P._dispatcher_variants(req, lp), by_disp, strict=True):
+        own[(d["moe_token_dispatcher_type"], d["moe_flex_dispatcher_backend"])] = P._schedule_floor(res, [r])
     for job in _variants(req, lp):
-        assert bound_ep <= T.estimate_time(job).step_time_s
+        step = T.estimate_time(job).step_time_s
+        f = job.features
+        assert bound_ep <= own[(f.moe_token_dispatcher_type, f.moe_flex_dispatcher_backend)] <= step
 
 
 def _summary(res: P.PlanResult) -> tuple:

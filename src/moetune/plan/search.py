@@ -636,15 +636,24 @@ class Search:
         return self.shared.tighten(own)
 
     def ep_floor(self, lp: LayoutPoint, mode: tuple[str, bool], rec: dict | None = None) -> float:
-        """:func:`_schedule_floor` of the variants with recompute ``rec`` (default none) with the EP term of the
-        cheapest dispatcher (its dispatch/combine time does not depend on recompute, so the dispatchers are priced
-        without). The base job's own dispatcher is one of them, so its bound (already priced) is an upper limit: the
-        others are priced only when that one exceeds the k-th best (otherwise the minimum cannot either)."""
+        """A lower bound on the step time of the variants with recompute ``rec`` (default none), for comparison with
+        the k-th best: it exceeds the k-th best exactly when, for every dispatcher the search tries, the
+        :func:`_schedule_floor` with that dispatcher's EP term does (each bounds the variants of its dispatcher; the
+        dispatch/combine time does not depend on recompute, so the dispatchers are priced without). The base job's
+        own dispatcher comes first (already priced); the others are priced one by one until one is within the
+        bound (then no variant is skipped, and that value is returned)."""
+        kth = self.kth_best()
         base = self.time_of(lp, self.features(mode, lp, rec or {}))
-        if _schedule_floor(base, [base]) <= self.kth_best():
-            return _schedule_floor(base)
-        return _schedule_floor(base, [self.time_of(lp, self.features(mode, lp, d))
-                                      for d in _dispatcher_variants(self.req, lp)])
+        own = _schedule_floor(base, [base])
+        if own <= kth:
+            return own
+        least = float("inf")
+        for d in _dispatcher_variants(self.req, lp):
+            bound = _schedule_floor(base, [self.time_of(lp, self.features(mode, lp, d))])
+            if bound <= kth:
+                return bound
+            least = min(least, bound)
+        return least
 
     def note_miss(self, over: float, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """A layout whose most memory-saving recompute does not fit (by ``over`` GiB): one of the closest misses
