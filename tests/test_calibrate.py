@@ -63,7 +63,7 @@ def test_fit_recovers_a_known_parameter():
     true = default_efficiency().with_values({"hbm_eff": 0.55})
 
     def predict(eff):
-        return np.array([1.0 / evaluate(p, eff)["step"] for p in profs])
+        return np.array([1.0 / evaluate(p, eff).step for p in profs])
 
     target = predict(true)
     base = default_efficiency().with_values({"hbm_eff": 0.8}).with_values({})

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import moetune.memo
 from moetune.catalog.models import get_model
 from moetune.catalog.systems import get_system
 from moetune.perfmodel import memory as M
@@ -17,12 +18,8 @@ from moetune.plan.space import SpaceLimits, enumerate_layouts
 
 
 def _clear_caches() -> None:
-    """Drop every memo of the step-time and memory models (a cold evaluation follows)."""
-    for d in (T._TYPE_CACHE, T._SUMMARY_CACHE, T._PRICED_CACHE, T._EXTRA_CACHE, M._STATIC_CACHE, M._ROW_CACHE):
-        d.clear()
-    for f in (M._stages, M._all_rank_params, M._rank_params_cached, M._chunk_signatures, M._chunk_activation_of,
-              M._graphed_io_per_microbatch, M.inflight_states, M._inflight_array):
-        f.cache_clear()
+    """Drop every memo (a cold evaluation follows)."""
+    moetune.memo.clear()
 
 
 def _req(model: str, gpus: int, gbs: int, **kw) -> P.PlanRequest:
@@ -81,9 +78,9 @@ def test_fast_paths_equal_the_full_estimates(req, layouts):
             assert list(M.reserved_peaks(job, order)) == [peaks[i] for i in order]
             t = T.estimate_time(job)
             res = T.estimate_walls(job)
-            assert res["step"] == t.step_time_s
-            assert res["walls"] == {k: w.seconds for k, w in t.walls.items()}
-            assert P._walls_floor(res["walls"]) == P.variant_floor(t)
+            assert res.step == t.step_time_s
+            assert res.walls == {k: w.seconds for k, w in t.walls.items()}
+            assert P._walls_floor(res.walls) == P.variant_floor(t)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -95,7 +92,7 @@ def test_schedule_floor_bounds_every_variant(lp):
     by_disp = [T.estimate_walls(P._job(req, lp, feats.model_copy(update=d))) for d in P._dispatcher_variants(req, lp)]
     bound = P._schedule_floor(res)
     bound_ep = P._schedule_floor(res, by_disp)
-    assert P._walls_floor(res["walls"]) <= bound / (1.0 - 1e-9) * (1 + 1e-12)
+    assert P._walls_floor(res.walls) <= bound / (1.0 - 1e-9) * (1 + 1e-12)
     assert bound <= bound_ep
     own = {}  # each dispatcher's bound, for the variants of that dispatcher (Search.ep_floor)
     for d, r in zip(P._dispatcher_variants(req, lp), by_disp, strict=True):
@@ -132,13 +129,16 @@ def test_schedule_bound_skips_change_nothing(kw):
     assert _summary(P.plan(req, schedule_bound=False)) == with_skips
 
 
-def test_memory_key_cached_by_another_process_is_recomputed():
+def test_memory_static_part_is_shared_by_the_recompute_ladder_only():
+    """The non-activation memory memo is keyed on the features with the activation-only fields at their defaults:
+    jobs that differ only there share it, any other field gives another key, and a pickled copy (a worker's job)
+    maps to an equal key."""
     import pickle
 
     from moetune.spec.features import Features
 
-    f = Features(recompute_granularity="full")
-    key = M._static_features_key(f)
-    g = pickle.loads(pickle.dumps(f))  # carries the cached key along, as an unpickled job from a worker would
-    g.__dict__[M._STATIC_KEY] = (M._PROCESS_TAG + 1, key + 8)
-    assert M._static_features_key(g) == key
+    f = Features(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    key = M.static_features(f)
+    assert key == M.static_features(Features())
+    assert M.static_features(Features(precision="fp8_cs")) != key
+    assert M.static_features(pickle.loads(pickle.dumps(f))) == key

@@ -31,13 +31,13 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from moetune.errors import InputError, MoetuneError, one_line
+from moetune.memo import memo
 
 #: largest ``--json`` output (bytes) a call may produce before it is refused
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
@@ -187,7 +187,7 @@ def _arg_of(p: Any) -> Arg | None:
                is_path=scalar is Path, minimum=minimum)
 
 
-@cache
+@memo(maxsize=256)
 def _root_command() -> Any:
     import typer.main
 
@@ -196,7 +196,7 @@ def _root_command() -> Any:
     return typer.main.get_command(app)
 
 
-@cache
+@memo(maxsize=256)
 def commands() -> dict[str, Command]:
     """Every leaf command that takes ``--json``, by name (``"plan"``, ``"model show"``, ``"sweep init"``)."""
     out: dict[str, Command] = {}

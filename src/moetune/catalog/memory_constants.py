@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from moetune.memo import memo
+
 _PATH = Path(__file__).with_name("memory.yaml")
 
 
-@cache
+@memo(maxsize=256)
 def memory_catalog() -> dict[str, dict[str, Any]]:
     """All entries: name -> {value, source}."""
     with _PATH.open() as f:
@@ -22,7 +23,7 @@ def memory_catalog() -> dict[str, dict[str, Any]]:
     return data
 
 
-@cache
+@memo(maxsize=256)
 def const(name: str) -> Any:
     """The value of one constant (dicts are returned as-is; do not mutate)."""
     return memory_catalog()[name]["value"]

@@ -7,16 +7,16 @@ is read as a Hugging Face ``config.json``, and a folder as a snapshot holding on
 from __future__ import annotations
 
 import json
-from functools import cache
 from importlib import resources
 from pathlib import Path
 
 from moetune.catalog.names import normalize_name
 from moetune.errors import InputError, UnknownNameError
+from moetune.memo import memo
 from moetune.spec.model import ModelArch
 
 
-@cache
+@memo(maxsize=256)
 def _catalog() -> dict[str, ModelArch]:
     out: dict[str, ModelArch] = {}
     root = resources.files("moetune.catalog") / "models"
@@ -29,7 +29,7 @@ def _catalog() -> dict[str, ModelArch]:
     return out
 
 
-@cache
+@memo(maxsize=256)
 def _index() -> dict[str, str]:
     idx: dict[str, str] = {}
     for name, model in _catalog().items():

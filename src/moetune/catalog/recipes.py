@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 from moetune.errors import UnknownNameError
+from moetune.memo import memo
 
 #: Bridge defaults that a recipe inherits from the HF model bridge / GPTModelProvider when it does not set them
 #: (docs/rules.md §1: MoE bridges set grouped GEMM + permute fusion + alltoall; providers use dropout 0, no bias;
@@ -27,7 +27,7 @@ PROVIDER_DEFAULTS: dict[str, Any] = {
 }
 
 
-@lru_cache(maxsize=1)
+@memo(maxsize=1)
 def _data() -> dict:
     return json.loads(resources.files("moetune.catalog").joinpath("recipes.json").read_text())
 
@@ -63,7 +63,7 @@ def get_recipe(name: str) -> dict:
     raise UnknownNameError("recipe", name, [r["name"] for r in _data()["recipes"]])
 
 
-@lru_cache(maxsize=256)
+@memo(maxsize=256)
 def system_identity(name: str) -> str:
     """Canonical identity of a system or GPU name: the catalog system it names (aliases resolved, so 'DGX-GB200',
     'gb200' and 'GB200-NVL72' are one system and 'DGX-B200'/'b200' another), else the normalised name itself.
@@ -176,7 +176,7 @@ def recipe_summary(name: str) -> dict[str, Any]:
             "features": features}
 
 
-@lru_cache(maxsize=1)
+@memo(maxsize=1)
 def bridge_recipe_names() -> frozenset[str]:
     """Every recipe function name Megatron-Bridge knows: its library recipes (``bridge_recipe_names.json``, the
     public ``*_config`` functions under ``src/megatron/bridge/recipes/`` at the recorded commit) and the embedded

@@ -4,7 +4,6 @@ every number with its source in ``sources``). Custom systems load from a YAML/JS
 from __future__ import annotations
 
 import json
-from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -12,10 +11,11 @@ from pydantic import ValidationError
 
 from moetune.catalog.names import normalize_name
 from moetune.errors import InputError, UnknownNameError
+from moetune.memo import memo
 from moetune.spec.system import System
 
 
-@cache
+@memo(maxsize=256)
 def _catalog() -> dict[str, System]:
     out: dict[str, System] = {}
     root = resources.files("moetune.catalog") / "systems"
@@ -26,7 +26,7 @@ def _catalog() -> dict[str, System]:
     return out
 
 
-@cache
+@memo(maxsize=256)
 def _index() -> dict[str, str]:
     idx: dict[str, str] = {}
     for name, s in _catalog().items():

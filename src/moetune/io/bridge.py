@@ -12,7 +12,6 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Iterable
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import yaml
 
 from moetune.errors import InputError
 from moetune.io.effective import check_int_fields
+from moetune.memo import memo
 from moetune.overrides import apply_overrides
 
 #: ConfigContainer sections (megatron/bridge/training/config.py ``ConfigContainer``)
@@ -67,7 +67,7 @@ def clean_node(node: Any) -> Any:
     return node
 
 
-@cache
+@memo(maxsize=256)
 def known_fields() -> dict[str, frozenset[str]]:
     """Field names of each ConfigContainer section: ``catalog/bridge_fields.json`` (the dataclass fields, written by
     ``bench/extract_bridge_fields.py`` from Megatron-Bridge and Megatron-LM sources) plus every field an embedded

@@ -29,11 +29,11 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, fields
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from moetune.errors import InputError, MoetuneError
+from moetune.memo import memo
 from moetune.spec.features import BRIDGE_MIXED_PRECISION, Features, parse_precision
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout
@@ -277,7 +277,7 @@ def find_perf_recipe(model: ModelArch, system: System, gpus: int | None, precisi
     return None
 
 
-@lru_cache(maxsize=256)
+@memo(maxsize=256)
 def _recipe_job_cached(name: str, system: System | None, gpus: int | None, model: ModelArch | None,
                        overrides: tuple[str, ...] = ()) -> Job:
     """The Job a recipe builds (Hydra-style ``overrides`` applied to its config first) on ``system`` / ``gpus`` /

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import ast
 import difflib
-import functools
 import json
 import re
 from importlib import resources
@@ -43,6 +42,7 @@ from typing import Any
 import yaml
 
 from moetune.errors import InputError
+from moetune.memo import memo
 
 # flag -> (target paths, type). Types: int, float, str, bool (store_true), nobool (store_false: sets False),
 # list (nargs='+', strings), intlist, any (kept as given). A target may list several paths (all set).
@@ -389,7 +389,7 @@ def known_flags() -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------------------ catalog
-@functools.lru_cache(maxsize=1)
+@memo(maxsize=1)
 def catalog() -> dict[str, Any]:
     """The generated Megatron-LM flag catalog (``moetune/catalog/megatron_flags.json``)."""
     text = resources.files("moetune.catalog").joinpath("megatron_flags.json").read_text(encoding="utf-8")

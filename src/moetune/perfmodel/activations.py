@@ -34,9 +34,9 @@ All functions take plain hashable arguments and are cached (the planner calls th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from moetune.catalog.memory_constants import const
+from moetune.memo import memo
 from moetune.spec.model import ModelArch
 
 #: selective recompute modules (MCore ``--recompute-modules``)
@@ -213,7 +213,7 @@ def _mlp_components(model: ModelArch, mlp: str, cfg: ActConfig) -> dict[str, flo
     return out
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def layer_components(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> tuple[tuple[str, float], ...]:
     """Saved-for-backward bytes of one decoder layer for one microbatch on one rank, per component.
 
@@ -234,7 +234,7 @@ def layer_components(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> 
     return tuple(sorted(comps.items()))
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def layer_graphed_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig, scope: frozenset[str]) -> float:
     """Saved bytes of one layer/microbatch that live inside CUDA graphs of the given scope (their memory comes from
     the graphs' private pool, allocated once at capture, not per replay)."""
@@ -256,7 +256,7 @@ def layer_graphed_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig, 
     return float(sum(v for k, v in layer_components(model, mixer, mlp, cfg) if k in names))
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def layer_offloaded_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
     """Bytes of one layer/microbatch that fine-grained offloading moves to the host (0 without offloading)."""
     if not cfg.offload:
@@ -266,13 +266,13 @@ def layer_offloaded_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig
     return sum(full.values()) - sum(kept.values())
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def layer_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
     """Total saved bytes of one layer for one microbatch (sum of :func:`layer_components`)."""
     return float(sum(v for _, v in layer_components(model, mixer, mlp, cfg)))
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def layer_transient_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
     """Extra bytes alive while one layer runs its backward (or forward) on top of what is saved.
 
@@ -294,7 +294,7 @@ def layer_transient_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig
     return out
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def layer_recompute_extra_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
     """Bytes a recomputed layer rebuilds during its backward (full layer minus what selective recompute kept)."""
     plain = ActConfig(**{**_asdict(cfg), "recompute": frozenset(), "offload": frozenset()})

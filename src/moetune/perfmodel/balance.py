@@ -7,8 +7,7 @@ embedding first, MTP + loss last, stage *k* on PP rank ``k % PP``) and the FLOPs
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from moetune.memo import memo
 from moetune.spec.model import ModelArch
 
 
@@ -29,7 +28,7 @@ def stage_weights(model: ModelArch, seq: int) -> tuple[tuple[float, ...], float,
     return layers, mtp, head
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def balanced_layout(num_layers: int, stages: int, mtp_layers: int, *, pp: int | None = None,
                     layer_weights: tuple[float, ...] | None = None, mtp_weight: float | None = None,
                     loss_weight: float | None = None, embedding_weight: float = 1.0) -> str | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import numpy as np
 import yaml
 
 from moetune.errors import InputError
+from moetune.memo import FrozenMap, memo
 
 FORMAT = "moetune-efficiency/1"
 
@@ -49,13 +49,22 @@ class Efficiency:
     fit_info: dict[str, Any] | None = None
     origin: str = "catalog"
     values: dict[str, float] = field(default_factory=dict)
+    #: ``constants["kernels_per_layer"]`` as a hashable mapping (an argument of the step model's memoised layer work)
+    kernels: FrozenMap = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.values:
             self.values = {k: s.value for k, s in self.specs.items()}
+        self.kernels = FrozenMap(self.constants.get("kernels_per_layer") or {})
 
     def __getitem__(self, name: str) -> float:
-        return self.values[name]
+        """The value of a parameter; one that the set lacks is an error naming it (no silent default)."""
+        try:
+            return self.values[name]
+        except KeyError:
+            raise InputError(f"{self.origin}: efficiency parameter {name!r} missing (the shipped "
+                             "catalog/efficiency.yaml defines every parameter the step-time model reads)",
+                             field="efficiency") from None
 
     def get(self, name: str, default: float) -> float:
         return self.values.get(name, default)
@@ -126,7 +135,7 @@ def _parse(data: Any, origin: str) -> Efficiency:
                       data.get("fit"), origin, values)
 
 
-@cache
+@memo(maxsize=256)
 def default_efficiency() -> Efficiency:
     """The shipped parameter set (``moetune/catalog/efficiency.yaml``)."""
     text = (resources.files("moetune.catalog") / "efficiency.yaml").read_text()
@@ -250,7 +259,7 @@ class RunPredictor:
         out = []
         for i in (range(len(self.runs)) if idx is None else idx):
             job = self.runs[i].job
-            step = evaluate(self.profiles[i], eff)["step"]
+            step = evaluate(self.profiles[i], eff).step
             out.append(job.global_batch_size * job.seq_length / (step * job.gpus) * self.fpt[i] / 1e12)
         return np.asarray(out)
 

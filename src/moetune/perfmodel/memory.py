@@ -18,14 +18,14 @@ dataclasses.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
 from moetune.catalog.memory_constants import const
+from moetune.memo import canonical, memo
 from moetune.perfmodel import activations as act
 from moetune.perfmodel.params import (
     LayerParams,
@@ -36,13 +36,14 @@ from moetune.perfmodel.params import (
     mtp_block_params,
     mtp_extra_params,
 )
+from moetune.perfmodel.routing import expert_load
 from moetune.perfmodel.runtime_tail import GIB, tail_builder
+from moetune.spec.features import FP8_PRECISIONS, Features
 from moetune.spec.job import Job
+from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
-from moetune.spec.pipeline import PipelineRank, pipeline_stages
-
-FP8_PRECISIONS = frozenset({"fp8_delayed", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4"})
-
+from moetune.spec.pipeline import PipelineRank, SplitFields, pipeline_stages, split_fields
+from moetune.spec.system import System
 
 # --------------------------------------------------------------------------------------------------------------
 # result types (dataclasses: cheap to build for the planner)
@@ -133,7 +134,7 @@ def shard_sizes(job: Job) -> tuple[int, int]:
     return dense, expert
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def _params_of_type(model: ModelArch, mixer: str, mlp: str) -> LayerParams:
     """Parameters of a decoder layer with this (mixer, mlp) type (from helper A's :func:`layer_params`)."""
     for i, (a, b) in enumerate(zip(model.mixer_pattern, model.mlp_pattern, strict=True)):
@@ -149,14 +150,14 @@ def _split(lp: LayerParams, tp: int, ep: int, etp: int) -> tuple[float, float, f
     return dense, expert, tp_split / tp + expert
 
 
-@lru_cache(maxsize=8192)
+@memo(maxsize=8192)
 def _layer_split(model: ModelArch, mixer: str, mlp: str, tp: int, ep: int, etp: int) -> tuple[float, float, float]:
     """(dense, expert, fp8-castable linear) params of one layer held by one rank: TP-split weights / TP, replicated
     norms and router, routed experts / (EP·ETP)."""
     return _split(_params_of_type(model, mixer, mlp), tp, ep, etp)
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def _mtp_split(model: ModelArch, tp: int, ep: int, etp: int) -> tuple[float, float, float]:
     dense, expert, lin = _split(mtp_block_params(model), tp, ep, etp)
     h = model.hidden_size
@@ -165,22 +166,18 @@ def _mtp_split(model: ModelArch, tp: int, ep: int, etp: int) -> tuple[float, flo
     return dense, expert, lin + 2 * h * h / tp
 
 
-@lru_cache(maxsize=32768)
-def _stages(model: ModelArch, layout) -> tuple[PipelineRank, ...]:
-    return _pipeline_ranks(model, layout.model_copy(update=_MESH_DEFAULTS))
+def pipeline_ranks(model: ModelArch, layout) -> tuple[PipelineRank, ...]:
+    """:func:`moetune.spec.pipeline.pipeline_stages` of the layout (raises its LayoutError); read only. One split for
+    all layouts with the same :class:`~moetune.spec.pipeline.SplitFields` (any TP / CP / EP / ETP)."""
+    return _pipeline_ranks(model, split_fields(layout))
 
 
-#: Layout fields that do not place layers on pipeline ranks (pipeline_stages reads only the PP / VPP fields)
-_MESH_DEFAULTS = {"tp": 1, "cp": 1, "ep": 1, "etp": None}
+@memo(maxsize=8192)
+def _pipeline_ranks(model: ModelArch, fields: SplitFields) -> tuple[PipelineRank, ...]:
+    return tuple(pipeline_stages(model, fields))
 
 
-@lru_cache(maxsize=4096)
-def _pipeline_ranks(model: ModelArch, pipeline_layout) -> tuple[PipelineRank, ...]:
-    """pipeline_stages of a layout with its mesh fields at their defaults: one split for every TP/CP/EP/ETP."""
-    return tuple(pipeline_stages(model, pipeline_layout))
-
-
-@lru_cache(maxsize=2048)
+@memo(maxsize=2048)
 def _vocab_params_per_rank(model: ModelArch, tp: int) -> float:
     """Embedding (or output layer) rows held by one TP rank: V padded for TP (Megatron _vocab_size_with_padding)."""
     per_row = embedding_params(model) / model.padded_vocab_size(1)
@@ -192,15 +189,15 @@ def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, tup
     return _rank_params_cached(job.model, job.layout, rank.pp_rank)
 
 
-@lru_cache(maxsize=32768)
+@memo(maxsize=32768)
 def _all_rank_params(m: ModelArch, lay) -> tuple[tuple[float, float, float, tuple[float, ...]], ...]:
     """:func:`_rank_params` of every PP rank of the layout, in rank order."""
-    return tuple(_rank_params_cached(m, lay, r.pp_rank) for r in _stages(m, lay))
+    return tuple(_rank_params_cached(m, lay, r.pp_rank) for r in pipeline_ranks(m, lay))
 
 
-@lru_cache(maxsize=131072)
+@memo(maxsize=131072)
 def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, float, tuple[float, ...]]:
-    rank = _stages(m, lay)[pp_rank]
+    rank = pipeline_ranks(m, lay)[pp_rank]
     tp, ep, etp = lay.tp, lay.ep, lay.expert_tp
     dense = expert = lin = 0.0
     per_chunk: list[float] = []
@@ -276,7 +273,7 @@ def weight_and_optimizer_bytes(job: Job) -> list[float]:
     "Theoretical memory footprints: weight and optimizer" (for its most loaded shard)."""
     out = []
     per_job = (state_bytes(job), *shard_sizes(job))
-    for rank in _stages(job.model, job.layout):
+    for rank in pipeline_ranks(job.model, job.layout):
         d, e, li, _ = _rank_params(job, rank)
         ms = _model_state(job, d, e, li, 0.0, per_job)
         out.append(ms["weights"] + ms["main_grads"] + ms["optimizer_state"])
@@ -289,15 +286,9 @@ def weight_and_optimizer_bytes(job: Job) -> list[float]:
 
 
 def routing_factor(job: Job) -> float:
-    """ρ = hottest expert rank's token load / mean load (docs/domain.md §3.3)."""
-    f = job.features
-    if f.moe_router_force_load_balancing:
-        return 1.0
-    rho = f.moe_routing_imbalance
-    c = f.moe_expert_capacity_factor
-    if c is not None:
-        return c if f.moe_pad_expert_input_to_capacity else min(rho, c)
-    return rho
+    """ρ = hottest expert rank's token load / mean load (:func:`moetune.perfmodel.routing.expert_load`, the one
+    formula the step-time model uses too)."""
+    return expert_load(job.features)
 
 
 def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
@@ -307,7 +298,7 @@ def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConf
     if f.recompute_granularity == "selective" and not f.recompute_modules:
         rec = frozenset({"core_attn"})  # MCore default module list
     off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
-    return _interned_act_config(
+    return _act_config(
         seq=job.seq_length, mbs=job.micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
         sp=bool(f.sequence_parallel and lay.tp > 1), fp8=f.precision in FP8_PRECISIONS,
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
@@ -317,21 +308,14 @@ def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConf
     )
 
 
-_ACT_CONFIGS: dict[tuple, act.ActConfig] = {}
+@memo(maxsize=65536)
+def _act_config(**kw) -> act.ActConfig:
+    """One :class:`ActConfig` instance per distinct value while in the table, so the activation memos keyed on it
+    mostly compare by identity."""
+    return act.ActConfig(**kw)
 
 
-def _interned_act_config(**kw) -> act.ActConfig:
-    """One :class:`ActConfig` instance per distinct value, so cache lookups keyed on it compare by identity."""
-    key = tuple(kw.items())
-    cfg = _ACT_CONFIGS.get(key)
-    if cfg is None:
-        if len(_ACT_CONFIGS) >= 65536:
-            _ACT_CONFIGS.clear()
-        cfg = _ACT_CONFIGS[key] = act.ActConfig(**kw)
-    return cfg
-
-
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
     """Microbatches in flight per virtual chunk, after each forward of the schedule (the candidate peak points).
 
@@ -367,7 +351,7 @@ def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ..
 TIME_ONLY_FEATURES = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def _inflight_array(pp: int, vpp: int, m: int, rank: int) -> np.ndarray:
     """:func:`inflight_states` as a (states x chunks) float array, for one matrix product per rank."""
     return np.asarray(inflight_states(pp, vpp, m, rank), dtype=float)
@@ -384,84 +368,48 @@ def _graph_scope(f) -> frozenset[str]:
     return frozenset(f.cuda_graph_scope) or frozenset({"attn", "mlp", "moe", "mamba"})
 
 
-@lru_cache(maxsize=8192)
-def _rank_activation_table(m: ModelArch, lay, f, cfg: act.ActConfig, vocab_padded: int, pp_rank: int
-                           ) -> tuple[tuple[float, ...], tuple[float, ...], float, float]:
-    """Per chunk of one PP rank: (saved bytes/microbatch outside graphs, inside graphs), max transient, max offload
-    residency. Independent of GBS / world size, so the planner reuses it across batch shapes."""
-    saved, graphed, trans, resident = [], [], 0.0, 0.0
-    for ch in _stages(m, lay)[pp_rank].chunks:
-        s, g, t, r = _chunk_activation(m, f, cfg, ch, vocab_padded)
-        saved.append(s - g)
-        graphed.append(g)
-        trans, resident = max(trans, t), max(resident, r)
-    return tuple(saved), tuple(graphed), trans, resident
+class ChunkFeatures(NamedTuple):
+    """The Features fields that :func:`_chunk_activation_of` reads (it takes this projection, not the features)."""
+
+    graph_scope: frozenset[str]
+    recompute_granularity: str | None
+    recompute_method: str | None
+    recompute_num_layers: int | None
+    cpu_offloading_num_layers: int  #: 0 without layer-level CPU offloading
 
 
-def _features_key(f) -> tuple:
-    """The Features fields that :func:`_chunk_activation_of` reads (its memo key)."""
-    return (_graph_scope(f), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
-            f.cpu_offloading_num_layers if f.cpu_offloading else 0)
+def chunk_features(f) -> ChunkFeatures:
+    """:class:`ChunkFeatures` of a Features object."""
+    return ChunkFeatures(_graph_scope(f), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
+                         f.cpu_offloading_num_layers if f.cpu_offloading else 0)
 
 
-#: chunk signatures and rows of them (one rank's chunks), one object per value for the whole process: row caches
-#: key on their identity (entries are never dropped, so an id is never reused; a model has few distinct chunks)
-_SIG_INTERN: dict[tuple, tuple] = {}
-
-
-@lru_cache(maxsize=32768)
+@memo(maxsize=32768)
 def _chunk_signatures(m: ModelArch, lay) -> tuple[tuple[tuple, ...], ...]:
-    """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on (equal signatures, and equal
-    rows of them, are one object: see :data:`_SIG_INTERN`)."""
-    same = _SIG_INTERN.setdefault
-    return tuple(same(row, row) for row in (tuple(same(sig, sig) for sig in (
-        (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss)
-        for ch in rank.chunks)) for rank in _stages(m, lay)))
+    """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on (layer types, MTP layers,
+    embedding, loss). Equal signatures and equal rows of them are one object while in the :func:`canonical`
+    table, so the row memo below compares them by identity first."""
+    return tuple(canonical(tuple(canonical(
+        (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss))
+        for ch in rank.chunks)) for rank in pipeline_ranks(m, lay))
 
 
-_ROW_CACHE: dict[tuple, tuple] = {}
-
-
-def _activation_row(m: ModelArch, fkey: tuple, cfg: act.ActConfig, sigs: tuple, vocab_padded: int) -> tuple:
+@memo(maxsize=262144)
+def _activation_row(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, sigs: tuple, vocab_padded: int) -> tuple:
     """One PP rank's activation table from its chunk signatures (a row of :func:`_chunk_signatures`): per chunk the
     saved bytes per microbatch outside CUDA graphs (tuple and array), inside graphs (array, None when none), and the
-    rank's max transient and max offload-resident bytes. Memoised on the interned row (ranks of many layouts share
-    one) and the features' activation key; read only."""
-    key = (id(sigs), fkey, cfg, vocab_padded, id(m))
-    hit = _ROW_CACHE.get(key)
-    if hit is not None and hit[0] is m:
-        return hit[1]
+    rank's max transient and max offload-resident bytes. Ranks of many layouts share one row; read only."""
     saved, graphed, trans, resident = [], [], 0.0, 0.0
-    seen: dict[int, tuple[float, float, float, float]] = {}  # chunks with one signature object: looked up once
     for sig in sigs:
-        got = seen.get(id(sig))
-        if got is None:
-            got = seen[id(sig)] = _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
-        s, g, t, r = got
+        s, g, t, r = _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
         saved.append(s - g)
         graphed.append(g)
         trans, resident = max(trans, t), max(resident, r)
-    row = (tuple(saved), np.asarray(saved), np.asarray(graphed) if any(graphed) else None, trans, resident)
-    if len(_ROW_CACHE) >= 262144:
-        _ROW_CACHE.clear()
-    _ROW_CACHE[key] = (m, row)
-    return row
+    return (tuple(saved), np.asarray(saved), np.asarray(graphed) if any(graphed) else None, trans, resident)
 
 
-def _chunk_activation(m: ModelArch, f, cfg: act.ActConfig, ch, vocab_padded: int
-                      ) -> tuple[float, float, float, float]:
-    """(saved bytes per microbatch, of which inside CUDA graphs, transient bytes, offload-resident bytes).
-
-    Memoised on what it reads: the chunk's layer types (chunks of a layout mostly repeat), its edge contents, and
-    the recompute / offload / CUDA-graph fields of the features."""
-    sig = (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss)
-    fkey = (_graph_scope(f), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
-            f.cpu_offloading_num_layers if f.cpu_offloading else 0)
-    return _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
-
-
-@lru_cache(maxsize=65536)
-def _chunk_activation_of(m: ModelArch, fkey: tuple, cfg: act.ActConfig, sig: tuple, vocab_padded: int
+@memo(maxsize=65536)
+def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, sig: tuple, vocab_padded: int
                          ) -> tuple[float, float, float, float]:
     scope, granularity, method, num_layers, cpu_n = fkey
     layer_types, mtp_count, has_embedding, has_loss = sig
@@ -530,12 +478,12 @@ def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight
     return const("cuda_graph_static_io_factor") * per_mb * max(1, inflight_total) if f.cuda_graph_impl else 0.0
 
 
-@lru_cache(maxsize=131072)
+@memo(maxsize=131072)
 def _graphed_io_per_microbatch(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float,
                                pp_rank: int) -> float:
     """Per-microbatch static graph I/O bytes of one PP rank (the sum in :func:`_graphed_io_bytes`), memoised."""
     per_mb = 0.0
-    for i in _stages(m, lay)[pp_rank].layers:
+    for i in pipeline_ranks(m, lay)[pp_rank].layers:
         mx, ml = m.mixer_pattern[i], m.mlp_pattern[i]
         if ("attn" in scope and mx in "AW") or ("mamba" in scope and mx in "MG"):
             per_mb += 2 * hid
@@ -583,38 +531,28 @@ def fits_capacity(device_gib: float, capacity_gib: float, headroom: float) -> bo
 #: per-job part of :func:`_rank_memory` is shared by jobs that differ only in these (the recompute ladder)
 ACTIVATION_ONLY_FEATURES = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
 
-_STATIC_CACHE: dict[tuple, tuple] = {}
-_STATIC_KEY = "_moetune_mem_static_key"
-
-
-_STATIC_KEYS: dict[tuple, tuple] = {}
-#: tags the ids cached on Features instances with this process (a pickled instance carries its __dict__ along)
-_PROCESS_TAG = int.from_bytes(os.urandom(8), "little")
-
-
-def _static_features_key(f) -> int:
-    """Identity of every Features value except :data:`ACTIVATION_ONLY_FEATURES` (equal values share one interned
-    tuple, kept for the process, so its id is never reused), cached on the instance like its hash; an id cached by
-    another process (an unpickled instance) is recomputed."""
-    d = f.__dict__
-    got = d.get(_STATIC_KEY)
-    if got is None or got[0] != _PROCESS_TAG:
-        vals = tuple(d[k] for k in type(f).model_fields if k not in ACTIVATION_ONLY_FEATURES)
-        got = d[_STATIC_KEY] = (_PROCESS_TAG, id(_STATIC_KEYS.setdefault(vals, vals)))
-    return got[1]
+@memo(maxsize=65536)
+def static_features(f: Features) -> Features:
+    """The features with :data:`ACTIVATION_ONLY_FEATURES` at their defaults: what the non-activation part of the
+    memory model (:func:`_rank_static`) is given, so jobs of one recompute ladder share it."""
+    return f.model_copy(update={k: Features.model_fields[k].default for k in ACTIVATION_ONLY_FEATURES})
 
 
 def _rank_static(job: Job) -> tuple:
-    """The part of :func:`_rank_memory` that the activations do not change: pipeline ranks, vocabulary padding and,
-    per rank, (model-state components, their sum, per-chunk params, in-flight states and their array), and the runtime
-    tail builder. Memoised on the job with :data:`ACTIVATION_ONLY_FEATURES` left out; read only."""
-    m, lay, f = job.model, job.layout, job.features
-    key = (m, lay, job.system, job.gpus, job.global_batch_size, job.micro_batch_size, job.seq_length,
-           _static_features_key(f))
-    hit = _STATIC_CACHE.get(key)
-    if hit is not None:
-        return hit
-    stages = _stages(m, lay)
+    """The part of :func:`_rank_memory` that the activations do not change (:func:`_rank_static_of` of the job with
+    :func:`static_features`)."""
+    return _rank_static_of(job.model, job.layout, job.system, job.gpus, job.global_batch_size, job.micro_batch_size,
+                           job.seq_length, static_features(job.features))
+
+
+@memo(maxsize=32768)
+def _rank_static_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: int, mbs: int, seq: int,
+                    f: Features) -> tuple:
+    """Pipeline ranks, vocabulary padding and, per rank, (model-state components, their sum, per-chunk params,
+    in-flight states and their array), and the runtime tail builder; read only."""
+    job = Job.model_construct(model=m, system=system, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs,
+                              seq_length=seq, layout=lay, features=f)
+    stages = pipeline_ranks(m, lay)
     vpp = len(stages[0].chunks)
     nmb = max(1, job.num_microbatches)
     vocab_padded = m.padded_vocab_size(lay.tp)
@@ -630,11 +568,7 @@ def _rank_static(job: Job) -> tuple:
         comps = _model_state(job, dense, expert, lin, largest_layer, per_job)
         ranks.append((comps, sum(comps.values()), per_chunk_params, _inflight_array(lay.pp, vpp, nmb, rank.pp_rank),
                       inflight_states(lay.pp, vpp, nmb, rank.pp_rank)))
-    out = (stages, vocab_padded, ranks, tail_builder(job))
-    if len(_STATIC_CACHE) >= 32768:
-        _STATIC_CACHE.clear()
-    _STATIC_CACHE[key] = out
-    return out
+    return stages, vocab_padded, ranks, tail_builder(job)
 
 
 def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None) -> Iterator:
@@ -643,7 +577,7 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
     m, lay, f = job.model, job.layout, job.features
     stages, vocab_padded, ranks, tail_of = _rank_static(job)
     tail_totals = tail_of.totals
-    sig_rows, fkey = _chunk_signatures(m, lay), _features_key(f)
+    sig_rows, fkey = _chunk_signatures(m, lay), chunk_features(f)
     for idx in range(len(stages)) if order is None else order:
         rank = stages[idx]
         comps, static, per_chunk_params, states, inflight = ranks[idx]

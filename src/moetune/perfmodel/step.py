@@ -17,21 +17,30 @@ docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, Field
 
+from moetune.errors import LayoutError
+from moetune.memo import FrozenMap, memo
 from moetune.perfmodel import comm as C
 from moetune.perfmodel import compute as K
+from moetune.perfmodel import flops as F
 from moetune.perfmodel import host as H
 from moetune.perfmodel import schedule as S
 from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
 from moetune.perfmodel.memory import state_bytes
+from moetune.perfmodel.params import layer_params
+from moetune.perfmodel.routing import expert_load
 from moetune.perfmodel.uncertainty import Band, band_for
+from moetune.spec.features import FP8_PRECISIONS
 from moetune.spec.job import Job
+from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
+from moetune.spec.pipeline import SplitFields, layout_vpp, pipeline_stages, split_fields
 
 WALL_ORDER = ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "comm_pp", "comm_dp", "pipeline_bubble",
               "host", "optimizer")
@@ -78,9 +87,10 @@ class TimeEstimate(BaseModel):
 # ------------------------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class LayerType:
-    """Work of one decoder layer kind (fwd, one microbatch, one GPU)."""
+    """Work of one decoder layer kind (fwd, one microbatch, one GPU). Compares by identity: a memo key of its
+    prices (:func:`_price_layer`), shared read only."""
 
     key: tuple
     work: dict[str, np.ndarray]
@@ -92,10 +102,10 @@ class LayerType:
     launches: H.LayerLaunches
 
 
-@dataclass
+@dataclass(eq=False)
 class StageWork:
     layer_counts: dict[tuple, float] = field(default_factory=dict)
-    extra: dict[str, np.ndarray] | None = None  # embedding / logits / loss work
+    extra: ExtraWork | None = None  # embedding / logits / loss work
     extra_kernels: float = 0.0
     dense_params: float = 0.0  # local (per GPU) params, dense mesh
     expert_params: float = 0.0  # local expert params
@@ -121,74 +131,54 @@ class Profile:
     pcls: str
 
 
-_FLOPS_CACHE: dict[tuple, Any] = {}
-
-
-def _flops_api():
-    from moetune.perfmodel import flops as F  # helper A's module: one implementation of the FLOPs formulas
-
-    return F
-
-
-def _model_key(model: ModelArch) -> tuple:
-    return (id(model), model.name)
-
-
+@memo(maxsize=65536)
 def _layer_flops(model: ModelArch, i: int, seq: int) -> dict[str, float]:
-    key = (_model_key(model), "layer", i, seq)
-    v = _FLOPS_CACHE.get(key)
-    if v is None:
-        v = dict(_flops_api().layer_flops(model, i, seq))
-        _FLOPS_CACHE[key] = (model, v)
-        return v
-    return v[1]
+    """:func:`moetune.perfmodel.flops.layer_flops` (Bridge definition), memoised; read only."""
+    return dict(F.layer_flops(model, i, seq))
 
 
-def _total_flops(model: ModelArch, seq: int, tp: int = 1) -> float:
-    key = (_model_key(model), "total", seq, tp)
-    v = _FLOPS_CACHE.get(key)
-    if v is None:
-        fb = _flops_api().flops_per_token(model, seq, tp)
-        total = float(getattr(fb, "total", fb))
-        _FLOPS_CACHE[key] = (model, total)
-        return total
-    return v[1]
+@memo(maxsize=4096)
+def _total_flops(model: ModelArch, seq: int, tp: int) -> float:
+    """Model FLOPs per token (:func:`moetune.perfmodel.flops.flops_per_token`, Bridge definition), memoised."""
+    return float(F.flops_per_token(model, seq, tp).total)
 
 
-def _classify(name: str) -> str:
-    """Map a component key of ``layer_flops`` to a work kind of this module."""
-    n = name.lower()
-    if "core" in n or "sdpa" in n or ("attention" in n and ("score" in n or "context" in n)):
-        return "core_attn"
-    if "router" in n or "gate" == n:
-        return "router"
-    if "shared" in n:
-        return "shared"
-    if "expert" in n or "routed" in n or n == "moe":
-        return "experts"
-    if "mamba" in n or "ssm" in n or "deltanet" in n or "gdn" in n or "mixer" in n or "linear_attn" in n:
-        return "mixer"
-    if "mlp" in n or "ffn" in n or "dense" in n:
-        return "mlp"
-    if "attn" in n or "attention" in n or "qkv" in n or "proj" in n or "mla" in n:
-        return "attn_proj"
-    if "logit" in n or "output" in n or "lm_head" in n:
-        return "logits"
-    return "other"
+class Kind(Enum):
+    """Work kinds of a decoder layer in this module: each names how its FLOPs are priced (GEMM shape, attention
+    kernel) and the recompute / TP-sharding class they belong to."""
+
+    CORE_ATTN = "core_attn"
+    ATTN_PROJ = "attn_proj"
+    MLP = "mlp"
+    MIXER = "mixer"
+    EXPERTS = "experts"
+    SHARED = "shared"
+    ROUTER = "router"
+    OTHER = "other"
 
 
-def _expert_load(feat, num_experts: float, topk: float) -> float:
-    """Tokens on the hottest expert rank relative to the mean: the capacity factor when inputs are padded to
-    capacity (drop-and-pad), else the routing imbalance (1 under force-balancing); dropless runs wait for the
-    hottest rank (docs/domain.md §3.2-3.3)."""
-    if feat.moe_expert_capacity_factor is not None and feat.moe_pad_expert_input_to_capacity:
-        return float(feat.moe_expert_capacity_factor)
-    if feat.moe_router_force_load_balancing:
-        return 1.0
-    load = float(feat.moe_routing_imbalance)
-    if feat.moe_expert_capacity_factor is not None:
-        load = min(load, float(feat.moe_expert_capacity_factor))
-    return load
+#: component keys of :func:`moetune.perfmodel.flops.layer_flops` (``_sublayer_flops``) -> work kind; a key that is
+#: missing here is an error (a new FLOPs component must say how it is priced)
+COMPONENT_KIND: dict[str, Kind] = {
+    "attention_proj": Kind.ATTN_PROJ,
+    "core_attention": Kind.CORE_ATTN,
+    "mixer": Kind.MIXER,  # Mamba / GDN projections (GEMMs)
+    "mixer_core": Kind.CORE_ATTN,  # the SSM scan / delta-rule core: priced like core attention (not a GEMM)
+    "dense_mlp": Kind.MLP,
+    "routed_experts": Kind.EXPERTS,
+    "moe_latent_proj": Kind.ATTN_PROJ,  # latent MoE down/up projections: TP-sharded GEMMs of the hidden width
+    "shared_experts": Kind.SHARED,
+    "mtp_proj": Kind.ATTN_PROJ,
+    "router": Kind.ROUTER,
+}
+
+
+def _classify(name: str) -> Kind:
+    """Work kind of a component key of ``layer_flops`` (:data:`COMPONENT_KIND`)."""
+    try:
+        return COMPONENT_KIND[name]
+    except KeyError:
+        raise KeyError(f"layer_flops component {name!r} has no work kind in perfmodel.step.COMPONENT_KIND") from None
 
 
 def _mla_up_fraction(model: ModelArch) -> float:
@@ -207,31 +197,82 @@ def _mla_up_fraction(model: ModelArch) -> float:
     return (q_up + kv_up) / tot if tot else 0.0
 
 
-def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
-    model, lay, feat = job.model, job.layout, job.features
-    mixer, mlp = model.mixer_pattern[i], model.mlp_pattern[i]
-    s, b = job.seq_length, job.micro_batch_size
-    tp, cp, ep, etp = lay.tp, lay.cp, lay.ep, lay.expert_tp
+class LayerInputs(NamedTuple):
+    """Everything of a job besides the model that :func:`_layer_type` reads: the batch shape, the mesh, the NVLink
+    domain and the Features fields that change a layer's work (names as in :class:`~moetune.spec.features.Features`).
+
+    :func:`_layer_type` takes this projection instead of the job, so its memo key is exactly what it can read. A
+    NamedTuple: built per job and hashed / compared on every lookup, in C."""
+
+    seq_length: int
+    micro_batch_size: int
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    nvlink_domain: int
+    precision: str
+    moe_token_dispatcher_type: str
+    moe_flex_dispatcher_backend: str | None
+    sequence_parallel: bool
+    cp_comm_type: str
+    cuda_graph_impl: str
+    cuda_graph_scope: tuple[str, ...]
+    moe_expert_capacity_factor: float | None
+    tp_comm_overlap: bool
+    attention_backend: str
+    moe_grouped_gemm: bool
+    moe_permute_fusion: bool
+    expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
+
+    @classmethod
+    def of(cls, job: Job) -> LayerInputs:
+        lay, f = job.layout, job.features
+        return cls(job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp,
+                   job.system.nvlink_domain, f.precision, f.moe_token_dispatcher_type, f.moe_flex_dispatcher_backend,
+                   f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl, f.cuda_graph_scope,
+                   f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend, f.moe_grouped_gemm,
+                   f.moe_permute_fusion, expert_load(f))
+
+
+@memo(maxsize=4096)
+def _first_layer(model: ModelArch, mixer: str, mlp: str) -> int:
+    """Index of the first decoder layer of a (mixer, mlp) kind."""
+    return next(i for i, kind in enumerate(zip(model.mixer_pattern, model.mlp_pattern, strict=True))
+                if kind == (mixer, mlp))
+
+
+@memo(maxsize=32768)
+def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerInputs, kernels: FrozenMap
+                ) -> LayerType:
+    """Forward work of a decoder layer of kind (mixer, mlp) (one microbatch, one GPU): every layer of a kind has the
+    same work (:func:`moetune.perfmodel.flops.layer_flops` depends on the kind only). ``kernels``:
+    ``kernels_per_layer`` of the efficiency constants."""
+    feat = inp
+    i = _first_layer(model, mixer, mlp)  # the layer the FLOPs are read from and the work rows are tagged with
+    s, b = inp.seq_length, inp.micro_batch_size
+    tp, cp, ep, etp = inp.tp, inp.cp, inp.ep, inp.etp
     h = model.hidden_size
     t_a = s * b / cp  # tokens per attention (TP) group on this rank's CP shard
     t_gpu = t_a / tp  # SP-sharded tokens per GPU
     comps = _layer_flops(model, i, s)
     wl = K.WorkList()
-    qb = K.QUANT_BYTES.get(feat.precision, 2.0)
+    qb = K.QUANT_BYTES[feat.precision]
     k_top = float(model.moe_router_topk or 1)
     E = float(model.num_moe_experts or 1)
     up_frac = _mla_up_fraction(model) if mixer in ("A", "W") else 0.0
     # TE userbuffers TP overlap (ring exchange) runs each TP-sharded GEMM as TP chunks of t_a/TP rows
     m_tp = t_a / tp if (feat.tp_comm_overlap and feat.sequence_parallel and tp > 1) else t_a
+    load = inp.expert_load  # the hottest expert rank computes, receives and returns load x the mean tokens
     cast_elems = 0.0
     n_quant = 0
     for name, f in comps.items():
         if f <= 0:
             continue
         kind = _classify(name)
-        if kind == "core_attn":
+        if kind is Kind.CORE_ATTN:
             wl.attn(t_a * f / tp, layer=i)
-        elif kind == "attn_proj":
+        elif kind is Kind.ATTN_PROJ:
             n_eff = f / (2 * h) / tp
             if up_frac > 0:
                 wl.gemm(t_a * f / tp * up_frac, m_tp, n_eff, h, quant=quant, tag="mla_up", layer=i)
@@ -240,16 +281,15 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
                 wl.gemm(t_a * f / tp, m_tp, n_eff, h, quant=quant, tag="attn_proj", layer=i)
             cast_elems += 2 * h
             n_quant += 2
-        elif kind == "mlp":
+        elif kind is Kind.MLP:
             wl.gemm(t_a * f / tp, m_tp, f / (2 * h) / tp, h, quant=quant, tag="mlp", layer=i)
             cast_elems += h  # FC2's input is quantised inside the fused activation kernel (TE act + cast)
             n_quant += 2
-        elif kind == "mixer":
+        elif kind is Kind.MIXER:
             wl.gemm(t_a * f / tp, m_tp, f / (2 * h) / tp, h, quant=quant, tag="mixer", layer=i)
             cast_elems += 2 * h
             n_quant += 2
-        elif kind == "experts":
-            load = _expert_load(feat, E, k_top)
+        elif kind is Kind.EXPERTS:
             m_exp = t_gpu * k_top * ep * etp / E * load
             groups = max(E / ep, 1.0)
             d_in = float(model.moe_latent_size or h)  # latent MoE runs its experts at the latent width
@@ -259,11 +299,11 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
             # the tokens at the full input width (Megatron-Core ``MoEAlltoAllTokenDispatcher``: gather over tp_ep)
             cast_elems += k_top * d_in * etp
             n_quant += 2
-        elif kind == "shared":
+        elif kind is Kind.SHARED:
             wl.gemm(t_a * f / tp, m_tp, f / (2 * h) / tp, h, quant=quant, tag="shared", layer=i)
             cast_elems += h
             n_quant += 2
-        elif kind == "router":
+        elif kind is Kind.ROUTER:
             wl.gemm(t_gpu * f, t_gpu, E, h, quant=False, tag="router", layer=i)
         else:
             wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp, 1.0), h, quant=False, tag="other", layer=i)
@@ -318,16 +358,15 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     intra = inter = 0.0
     if mlp == "E":
         # latent MoE (Nemotron-3 Super) dispatches the latent projection, not the hidden state
-        intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, job.system.nvlink_domain,
+        intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, inp.nvlink_domain,
                                    feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
-        load = _expert_load(feat, E, k_top)  # the hottest expert rank receives (and returns) load x the mean
         intra, inter = intra * load, inter * load
     scopes = frozenset(feat.cuda_graph_scope)
     graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
     dropless = feat.moe_expert_capacity_factor is None
     launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention, quant_gemms=n_quant if quant else 0,
                                 scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
-                                kernels=consts["kernels_per_layer"],
+                                kernels=kernels,
                                 shared=bool(model.moe_shared_expert_intermediate_size),
                                 tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1,
                                 local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
@@ -336,71 +375,45 @@ def _layer_type(job: Job, i: int, quant: bool, consts: dict) -> LayerType:
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
 
 
-_TYPE_CACHE: dict[tuple, tuple[Any, LayerType]] = {}
+@dataclass(frozen=True, slots=True)
+class PipelineSplit:
+    """Decoder layers, embedding / loss flags and MTP layers of each PP rank, the VPP size, and the notes on how
+    the split was made (when the layout gives no valid one)."""
+
+    layers: tuple[tuple[int, ...], ...]
+    embedding: tuple[bool, ...]
+    loss: tuple[bool, ...]
+    mtp: tuple[int, ...]
+    vpp: int
+    notes: tuple[str, ...] = ()
 
 
-def _layer_type_key_rest(job: Job, consts: dict) -> tuple:
-    """The part of :func:`_cached_layer_type`'s key that does not depend on the layer (same for a whole job)."""
-    lay, feat = job.layout, job.features
-    return (job.seq_length,
-            job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.precision,
-            feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend, feat.sequence_parallel,
-            feat.cp_comm_type, feat.cuda_graph_impl, feat.cuda_graph_scope, feat.moe_expert_capacity_factor,
-            feat.tp_comm_overlap, feat.attention_backend, feat.moe_router_force_load_balancing,
-            feat.moe_routing_imbalance, feat.moe_pad_expert_input_to_capacity, feat.moe_grouped_gemm,
-            feat.moe_permute_fusion, feat.transformer_impl, id(consts))
+def _rest_fwd(model: ModelArch, seq: int, tp: int) -> float:
+    """Forward FLOPs per token outside the decoder layers and MTP layers (output layer + loss, MTP projections):
+    a third of the model total (fwd + 2x bwd) minus the layers."""
+    fwd = _fwd_layer_flops(model, seq)
+    return max(_total_flops(model, seq, tp) / 3.0 - sum(fwd) - model.mtp_num_layers * fwd[-1], 0.0)
 
 
-def _cached_layer_type(job: Job, i: int, quant: bool, consts: dict, rest: tuple | None = None) -> LayerType:
-    if rest is None:
-        rest = _layer_type_key_rest(job, consts)
-    key = (_model_key(job.model), job.model.mixer_pattern[i], job.model.mlp_pattern[i], quant, *rest)
-    hit = _TYPE_CACHE.get(key)
-    if hit is not None:
-        return hit[1]
-    # layers of one kind share their work only if their FLOPs match; key on the first index of the kind
-    lt = _layer_type(job, i, quant, consts)
-    if len(_TYPE_CACHE) > 20000:
-        _TYPE_CACHE.clear()
-    _TYPE_CACHE[key] = (job.model, lt)
-    return lt
-
-
-def _stages(job: Job, notes: list[str]) -> tuple[list[list[int]], list[bool], list[bool], list[int], int]:
-    """(decoder layer ids per PP rank, embedding flags, loss flags, MTP layers per rank, vpp).
-
-    Uses :func:`moetune.spec.pipeline.pipeline_stages`. When the layout gives no valid split (e.g. 61 layers on
-    PP16 without a layout string, as published rows that rely on a recipe's ``pipeline_model_parallel_layout``),
-    layers are spread as evenly as possible over the PP·VPP stages and the assumption is listed.
-    """
-    from moetune.errors import LayoutError
-    from moetune.perfmodel.memory import _stages as pipeline_stages  # memoised pipeline_stages, shared with memory
-
-    key = (_model_key(job.model), "stages", job.layout)
-    hit = _SUMMARY_CACHE.get(key)
-    if hit is not None:
-        notes.extend(hit[1][1])
-        return hit[1][0]
-    before = len(notes)
-    out = _stages_uncached(job, notes, pipeline_stages, LayoutError)
-    _SUMMARY_CACHE[key] = (job.model, (out, notes[before:]))
-    return out
-
-
-def _stages_uncached(job: Job, notes: list[str], pipeline_stages, LayoutError):
+@memo(maxsize=16384)
+def _pipeline_split(model: ModelArch, fields: SplitFields, seq: int, tp: int) -> PipelineSplit:
+    """Layers per PP rank (:func:`moetune.spec.pipeline.pipeline_stages` of a layout's split fields). When the layout
+    gives no valid split (e.g. 61 layers on PP16 without a layout string, as published rows that rely on a recipe's
+    ``pipeline_model_parallel_layout``), layers are spread over the PP·VPP stages by forward FLOPs (which depend on
+    the sequence and, through the padded vocabulary, on TP) and a note says so."""
     try:
-        ranks = pipeline_stages(job.model, job.layout)
+        ranks = pipeline_stages(model, fields)
     except LayoutError as exc:
-        pp, v = job.layout.pp, job.layout.vpp_size
+        pp = fields.pp
+        v = (layout_vpp(fields.pipeline_layout, pp) if fields.vpp is None and fields.pipeline_layout is not None
+             else fields.vpp or 1)  # Layout.vpp_size
         n_st = pp * v
-        model = job.model
         nl = model.num_layers
         n_mtp = model.mtp_num_layers
         # balance forward FLOPs over the stages: decoder layers, MTP layers (copies of the last layer) and the
         # output layer + loss on the last stage, as hand-written Bridge layouts do for such models
-        fwd = _fwd_layer_flops(model, job.seq_length)
-        total = _total_flops(model, job.seq_length, job.layout.tp)
-        loss_w = max(total / 3.0 - sum(fwd) - n_mtp * fwd[-1], 0.0)
+        fwd = _fwd_layer_flops(model, seq)
+        loss_w = _rest_fwd(model, seq, tp)
         weights = [*fwd, *([fwd[-1]] * n_mtp)]
         grand = sum(weights) + loss_w
         target = grand / n_st
@@ -414,45 +427,34 @@ def _stages_uncached(job: Job, notes: list[str], pipeline_stages, LayoutError):
                 ids[k % pp].append(u)
             else:
                 mtp[k % pp] += 1
-        notes.append(f"pipeline split: {str(exc)[:90]} -> layers split over {n_st} stages by forward FLOPs")
-        return ids, [p == 0 for p in range(pp)], [p == pp - 1 for p in range(pp)], mtp, v
+        note = f"pipeline split: {str(exc)[:90]} -> layers split over {n_st} stages by forward FLOPs"
+        return PipelineSplit(tuple(tuple(x) for x in ids), tuple(p == 0 for p in range(pp)),
+                             tuple(p == pp - 1 for p in range(pp)), tuple(mtp), v, (note,))
     v = len(ranks[0].chunks) if ranks else 1
-    return ([list(r.layers) for r in ranks], [r.embedding for r in ranks], [r.loss for r in ranks],
-            [r.mtp_layers for r in ranks], v)
+    return PipelineSplit(tuple(r.layers for r in ranks), tuple(r.embedding for r in ranks),
+                         tuple(r.loss for r in ranks), tuple(r.mtp_layers for r in ranks), v)
 
 
 def _param_split(model: ModelArch, i: int) -> tuple[float, float]:
     """(dense-mesh params, expert params) of decoder layer i (moetune.perfmodel.params)."""
-    from moetune.perfmodel.params import layer_params
-
     lp = layer_params(model, i)
     expert = float(lp.routed_experts)
     return float(lp.total) - expert, expert
 
 
-_SUMMARY_CACHE: dict[tuple, Any] = {}
-
-
-def _fwd_layer_flops(model: ModelArch, seq: int) -> list[float]:
+@memo(maxsize=4096)
+def _fwd_layer_flops(model: ModelArch, seq: int) -> tuple[float, ...]:
     """Model (Bridge) forward FLOPs per token of each decoder layer; the router GEMM is informational in
     ``layer_flops`` and not part of Bridge's total."""
-    key = (_model_key(model), "fwd_layers", seq)
-    hit = _SUMMARY_CACHE.get(key)
-    if hit is None:
-        hit = (model, [sum(v for k, v in _layer_flops(model, i, seq).items() if k != "router")
-                       for i in range(model.num_layers)])
-        _SUMMARY_CACHE[key] = hit
-    return hit[1]
+    return tuple(sum(v for k, v in _layer_flops(model, i, seq).items() if k != "router")
+                 for i in range(model.num_layers))
 
 
+@memo(maxsize=65536)
 def _stage_summary(model: ModelArch, ids: tuple[int, ...], n_mtp: int, quant_on: bool, bf16: frozenset[int]
                    ) -> tuple[dict[tuple[int, bool], float], float, float]:
     """Layer kinds of a stage as {(first layer index of the kind, quantised): count} and its (dense, expert) params;
     MTP layers count as copies of the last decoder layer."""
-    key = (_model_key(model), "stage", ids, n_mtp, quant_on, bf16)
-    hit = _SUMMARY_CACHE.get(key)
-    if hit is not None:
-        return hit[1]
     nl = model.num_layers
     first: dict[tuple, int] = {}
     kinds: dict[tuple[int, bool], float] = {}
@@ -465,89 +467,82 @@ def _stage_summary(model: ModelArch, ids: tuple[int, ...], n_mtp: int, quant_on:
         d, e = _param_split(model, i)
         dense += d
         exp += e
-    if len(_SUMMARY_CACHE) > 200000:
-        _SUMMARY_CACHE.clear()
-    _SUMMARY_CACHE[key] = (model, (kinds, dense, exp))
     return kinds, dense, exp
 
 
-def _stage_works(job: Job, consts: dict, layers_per_rank: list[list[int]], emb: list[bool], loss: list[bool],
-                 mtp: list[int], quant_on: bool, bf16_layers: frozenset[int]) -> tuple[list[StageWork], list[tuple]]:
+@dataclass(eq=False)
+class ExtraWork:
+    """Embedding / logits / loss work of a PP rank (one object per distinct value: prices of it are memoised on
+    the object, which compares by identity)."""
+
+    work: dict[str, np.ndarray]
+
+
+@memo(maxsize=8192)
+def _extra_work(model: ModelArch, seq: int, mbs: int, cp: int, tp: int, emb: bool, loss: bool) -> ExtraWork:
+    """Forward work of the embedding (first stage) and of the output layer + loss (last stage) of one rank."""
+    h = model.hidden_size
+    t_a = seq * mbs / cp
+    n_mtp = model.mtp_num_layers
+    vpad = model.padded_vocab_size(tp)
+    wl = K.WorkList()
+    if emb:
+        wl.mem(t_a / tp * h * K.BF16_BYTES * 2, tag="other", layer=-1)
+    if loss:
+        share = (1 + n_mtp) if n_mtp else 1
+        f = _rest_fwd(model, seq, tp)  # logits (+ MTP projections)
+        wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp / share, 1.0), h, quant=False, tag="logits", layer=-1)
+        # logits written in BF16, fused cross-entropy reads them and writes FP32 grads
+        wl.mem(t_a * share * vpad / tp * (2 * K.BF16_BYTES + 4.0), tag="logits", layer=-1)
+    return ExtraWork(wl.arrays())
+
+
+@memo(maxsize=16384)
+def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bool, bf16_layers: frozenset[int],
+                 kernels: FrozenMap) -> tuple[tuple[StageWork, ...], tuple[tuple[int, bool], ...]]:
     """Per-PP-rank work of :func:`build_profile` that no feature changes (layer kinds and counts, embedding / logits /
     loss work, local params), and the (first layer index, quantised) of each layer kind in first-seen order.
 
-    Memoised on everything it reads (model, layout, sequence, microbatch, quantised layers, kernel constants): the
-    planner prices many feature variants of one layout. The returned StageWork objects are shared and read only."""
-    model, lay = job.model, job.layout
-    key = (_model_key(model), "stage_works", lay, job.seq_length, job.micro_batch_size, quant_on, bf16_layers,
-           id(consts))
-    hit = _SUMMARY_CACHE.get(key)
-    if hit is not None and hit[1][2] is consts:
-        return hit[1][0], hit[1][1]
-    seq = job.seq_length
-    total = _total_flops(model, seq, lay.tp)
-    # model FLOPs per layer (the router GEMM is informational in layer_flops, not part of Bridge's total)
-    fwd_layers = _fwd_layer_flops(model, seq)
-    n_mtp = model.mtp_num_layers
-    rest_fwd = max(total / 3.0 - sum(fwd_layers) - n_mtp * fwd_layers[-1], 0.0)  # logits (+ MTP projections)
+    The planner prices many feature variants of one layout. The returned StageWork objects are shared and read
+    only."""
+    split = _pipeline_split(model, split_fields(lay), seq, lay.tp)
     h = model.hidden_size
-    t_a = seq * job.micro_batch_size / lay.cp
     tp = lay.tp
     vpad = model.padded_vocab_size(tp)
     stages: list[StageWork] = []
     same: dict[tuple, StageWork] = {}
-    ranks, first = _stage_kinds(model, layers_per_rank, mtp, quant_on, bf16_layers)
+    ranks, first = _stage_kinds(model, split.layers, split.mtp, quant_on, bf16_layers)
     for p, (counts, n_layers, dense_p, exp_p) in enumerate(ranks):
+        emb, loss = split.embedding[p], split.loss[p]
         st = StageWork()
         st.layer_counts = dict(counts)
         st.layers = n_layers
         kern = 0.0
-        if emb[p]:
-            kern += consts["kernels_per_layer"]["embedding_loss"] / 2
+        if emb:
+            kern += kernels["embedding_loss"] / 2
             dense_p += vpad * h
-        if loss[p]:
-            kern += consts["kernels_per_layer"]["embedding_loss"] / 2
+        if loss:
+            kern += kernels["embedding_loss"] / 2
             if model.untie_embeddings_and_output_weights or lay.pp > 1:
                 dense_p += vpad * h
-        # one arrays object per value across layouts (it depends on the batch shape, TP and the edge flags only),
+        # one work object per value across layouts (it depends on the batch shape, TP and the edge flags only),
         # so evaluate's price memo (_price_extra, keyed on the object) is shared by every layout
-        xkey = (_model_key(model), "extra", seq, job.micro_batch_size, lay.cp, tp, emb[p], loss[p], id(consts))
-        xhit = _SUMMARY_CACHE.get(xkey)
-        if xhit is None or xhit[1][1] is not consts:
-            wl = K.WorkList()
-            if emb[p]:
-                wl.mem(t_a / tp * h * K.BF16_BYTES * 2, tag="other", layer=-1)
-            if loss[p]:
-                share = (1 + n_mtp) if n_mtp else 1
-                f = rest_fwd
-                wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp / share, 1.0), h, quant=False, tag="logits",
-                        layer=-1)
-                # logits written in BF16, fused cross-entropy reads them and writes FP32 grads
-                wl.mem(t_a * share * vpad / tp * (2 * K.BF16_BYTES + 4.0), tag="logits", layer=-1)
-            xhit = _SUMMARY_CACHE[xkey] = (model, (wl.arrays(), consts))
-        st.extra = xhit[1][0]
+        st.extra = _extra_work(model, seq, mbs, lay.cp, tp, emb, loss)
         st.extra_kernels = kern
         st.dense_params = dense_p / tp
         st.expert_params = exp_p / (lay.ep * lay.expert_tp)
         # ranks with the same content share one object (evaluate prices each distinct object once)
-        sig = (tuple(st.layer_counts.items()), emb[p], loss[p], st.layers, kern, st.dense_params, st.expert_params)
+        sig = (tuple(st.layer_counts.items()), emb, loss, st.layers, kern, st.dense_params, st.expert_params)
         stages.append(same.setdefault(sig, st))
-    if len(_SUMMARY_CACHE) > 200000:
-        _SUMMARY_CACHE.clear()
-    _SUMMARY_CACHE[key] = (model, (stages, first, consts))
-    return stages, first
+    return tuple(stages), first
 
 
-def _stage_kinds(model: ModelArch, layers_per_rank: list[list[int]], mtp: list[int], quant_on: bool,
-                 bf16_layers: frozenset[int]) -> tuple[list[tuple[dict, int, float, float]], list[tuple[int, bool]]]:
+@memo(maxsize=16384)
+def _stage_kinds(model: ModelArch, split: tuple[tuple[int, ...], ...], mtp: tuple[int, ...], quant_on: bool,
+                 bf16_layers: frozenset[int]) -> tuple[list[tuple[dict, int, float, float]], tuple[tuple[int, bool], ...]]:
     """Per PP rank: ({LayerType.key: count}, layers, dense params, expert params) before TP/EP sharding and the edge
     (embedding / output) params, plus the (first layer index, quantised) of each layer kind in first-seen order.
-    Depends on the layer split only (not on TP, CP, EP or the batch): memoised for every layout with that split."""
-    split = tuple(tuple(ids) for ids in layers_per_rank)
-    key = (_model_key(model), "stage_kinds", split, tuple(mtp), quant_on, bf16_layers)
-    hit = _SUMMARY_CACHE.get(key)
-    if hit is not None:
-        return hit[1]
+    Depends on the layer split only (not on TP, CP, EP or the batch): shared by every layout with that split."""
     first: dict[tuple, tuple[int, bool]] = {}
     ranks = []
     for p, ids in enumerate(split):
@@ -558,32 +553,29 @@ def _stage_kinds(model: ModelArch, layers_per_rank: list[list[int]], mtp: list[i
             first.setdefault(lkey, (i, quant))
             counts[lkey] = counts.get(lkey, 0.0) + n
         ranks.append((counts, len(ids) + mtp[p], dense_p, exp_p))
-    out = (ranks, list(first.values()))
-    if len(_SUMMARY_CACHE) > 200000:
-        _SUMMARY_CACHE.clear()
-    _SUMMARY_CACHE[key] = (model, out)
-    return out
+    return ranks, tuple(first.values())
 
 
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     """Work of every pipeline stage of ``job`` for one microbatch (see module doc)."""
     eff = eff or default_efficiency()
-    consts = eff.constants
     model, lay, feat = job.model, job.layout, job.features
-    assumptions: list[str] = [*job.assumptions, *job.model.approximations]
-    layers_per_rank, emb, loss, mtp, v = _stages(job, assumptions)
-    nl = model.num_layers
-    quant_on = feat.precision not in ("bf16", "fp16")
-    bf16_layers: set[int] = set()
-    if quant_on and feat.first_last_layers_bf16:
-        bf16_layers = {0, nl - 1}
     seq = job.seq_length
+    split = _pipeline_split(model, split_fields(lay), seq, lay.tp)
+    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes]
+    layers_per_rank, v = split.layers, split.vpp
+    nl = model.num_layers
+    quant_on = feat.precision in FP8_PRECISIONS
+    bf16_layers: frozenset[int] = frozenset()
+    if quant_on and feat.first_last_layers_bf16:
+        bf16_layers = frozenset({0, nl - 1})
     total = _total_flops(model, seq, lay.tp)
-    key_rest = _layer_type_key_rest(job, consts)
-    stages, first_kinds = _stage_works(job, consts, layers_per_rank, emb, loss, mtp, quant_on, frozenset(bf16_layers))
+    kernels = eff.kernels
+    stages, first_kinds = _stage_works(model, lay, seq, job.micro_batch_size, quant_on, bf16_layers, kernels)
+    inp = LayerInputs.of(job)
     types: dict[tuple, LayerType] = {}
     for i, quant in first_kinds:
-        lt = _cached_layer_type(job, i, quant, consts, key_rest)
+        lt = _layer_type(model, model.mixer_pattern[i], model.mlp_pattern[i], quant, inp, kernels)
         types[lt.key] = lt
     # recompute selection
     rf: dict[int, float] = {}
@@ -616,8 +608,8 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
     m = max(job.num_microbatches, 1)
     pcls = K.precision_class(feat.precision, job.system.gpu.arch)
-    return Profile(job, types, stages, m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes, pp_cross,
-                   K.QUANT_BYTES.get(feat.precision, 2.0), pcls)
+    return Profile(job, types, list(stages), m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes,
+                   pp_cross, K.QUANT_BYTES[feat.precision], pcls)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -625,23 +617,23 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float], full_frac: float
+def _price(work: dict[str, np.ndarray], r: Rates, rf: dict[int, float], full_frac: float
            ) -> tuple[float, float, float, float, float, float]:
     """(a third of the fwd + bwd gemm s, fwd attn s, fwd mem s, recompute fwd s, a third of the fwd + bwd gemm s of
     TP-sharded kinds, of MoE experts). GEMMs are priced per pass (forward, dgrad, wgrad with the main-gradient
     accumulation, :func:`compute.gemm_pass_seconds`), the rest by the 3x-forward convention of the callers."""
     gf = work["g_flops"]
     if gf.size:
-        kw = dict(peak_quant_tflops=r["peak_q"], eff_quant=r["eff_q"], peak_bf16_tflops=r["peak_b"],
-                  eff_bf16=r["eff_b"], knee=r["knee"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"], quant_bytes=r["qb"])
+        kw = dict(peak_quant_tflops=r.peak_quant, eff_quant=r.eff_quant, peak_bf16_tflops=r.peak_bf16,
+                  eff_bf16=r.eff_bf16, knee=r.knee, hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, quant_bytes=r.quant_bytes)
         args = (gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"])
-        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r["acc"])
+        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r.grad_accum_bytes)
         tfb = (tg + tb) / 3.0
     else:
         tg = tfb = gf
-    ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r["peak_b"], eff=r["attn_eff"])
-    te = K.memory_seconds(work["e_bytes"], hbm_gbs=r["hbm"], hbm_eff=r["hbm_eff"], stream=work.get("e_stream"),
-                          stream_eff=r["hbm_stream_eff"])
+    ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r.peak_bf16, eff=r.attn_eff)
+    te = K.memory_seconds(work["e_bytes"], hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, stream=work.get("e_stream"),
+                          stream_eff=r.hbm_stream_eff)
     g, a, e = float(tg.sum()), float(ta.sum()), float(te.sum())
     g_fb = float(tfb.sum())
     rec = 0.0
@@ -660,7 +652,33 @@ def _price(work: dict[str, np.ndarray], r: dict[str, float], rf: dict[int, float
     return g_fb, a, e, rec, tp_kinds, exp
 
 
-def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
+class Rates(NamedTuple):
+    """Achievable rates of one job's GPU, precision and network (peak x efficiency parameter), and the few
+    per-job constants the pricing reads. Every efficiency value comes from the parameter set (a missing one is an
+    error, :meth:`Efficiency.__getitem__`). A NamedTuple: part of the pricing memo keys (hashed in C)."""
+
+    peak_bf16: float  #: BF16 dense peak, TFLOP/s (system catalog)
+    peak_quant: float  #: peak of the precision class (FP8 / MXFP8 / NVFP4), TFLOP/s; = peak_bf16 for BF16
+    eff_bf16: float  #: ``gemm_eff.<arch>.bf16`` (x ``clock_scale.blackwell_ultra`` on B300)
+    eff_quant: float  #: ``gemm_eff.<arch>.<class>`` (likewise)
+    knee: float  #: ``gemm_knee``
+    hbm_gbs: float  #: HBM bandwidth, GB/s
+    hbm_eff: float  #: ``hbm_eff``
+    hbm_stream_eff: float  #: ``hbm_stream_eff`` (streaming kernels: unfused attention scores)
+    attn_eff: float  #: ``attn_eff.<arch class>``
+    nvlink_gbs: float  #: NVLink bus bandwidth x ``nvlink_eff``, GB/s
+    nic_gbs: float  #: scale-out bandwidth x ``scaleout_eff``, GB/s
+    nic_a2a_gbs: float  #: scale-out rate of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_network`)
+    a2a_latency_s: float  #: start-up seconds of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_network`)
+    nvlink_a2a_gbs: float  #: NVLink bandwidth x ``nvlink_a2a_eff`` (all-to-all), GB/s
+    launch_us: float  #: ``launch_us.<host CPU family>``, µs per kernel launch
+    quant_bytes: float  #: bytes per element of quantised GEMM inputs
+    ep_overlap_eff: float  #: ``ep_overlap_eff``
+    grad_accum_bytes: float  #: main-gradient accumulation in the wgrad epilogue: read + write per weight
+    host_queue_sharpness: float  #: ``host_queue_sharpness``
+
+
+def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> Rates:
     gpu = job.system.gpu
     arch = gpu.arch if gpu.arch != "ampere" else "hopper"
     # Blackwell Ultra (B300/GB300) doubles the SFU exponential rate that bounds softmax in attention
@@ -668,110 +686,141 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> dict[str, float]:
     peak_b = gpu.peak_tflops["bf16"]
     pk = K.peak_key(pcls)
     peak_q = gpu.peak_tflops.get(pk, gpu.peak_tflops.get("fp8", peak_b)) if pcls != "bf16" else peak_b
-    eff_b = eff.get(f"gemm_eff.{arch}.bf16", 0.7)
-    eff_q = eff.get(f"gemm_eff.{arch}.{pcls}", eff.get(f"gemm_eff.{arch}.fp8", eff_b)) if pcls != "bf16" else eff_b
+    eff_b = eff[f"gemm_eff.{arch}.bf16"]
+    eff_q = eff[f"gemm_eff.{arch}.{pcls}"] if pcls != "bf16" else eff_b
     if attn_cls == "blackwell_ultra":
-        scale = eff.get("clock_scale.blackwell_ultra", 1.0)
+        scale = eff["clock_scale.blackwell_ultra"]
         eff_b, eff_q = eff_b * scale, eff_q * scale
     cpu = H.host_cpu_family(job.system.host_cpu)
     lay, feat = job.layout, job.features
     nic_a2a, a2a_lat = C.a2a_network(
         lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.moe_token_dispatcher_type,
         feat.moe_flex_dispatcher_backend, job.system.scaleout_bw_gbs, scaleout_eff=eff["scaleout_eff"],
-        falloff=eff.get("scaleout_a2a_falloff", 0.0), deepep_rdma_eff=eff.get("deepep_rdma_eff", eff["scaleout_eff"]),
-        latency_us=eff.constants.get("a2a_latency_us", {}))
-    return {
-        "nic_a2a": nic_a2a, "a2a_lat": a2a_lat,
-        "peak_b": peak_b, "peak_q": peak_q, "eff_b": eff_b, "eff_q": eff_q, "knee": eff["gemm_knee"],
-        "hbm": gpu.hbm_bw_gbs, "hbm_eff": eff["hbm_eff"], "hbm_stream_eff": eff.get("hbm_stream_eff", eff["hbm_eff"]),
-        "attn_eff": eff.get(f"attn_eff.{attn_cls}", eff.get(f"attn_eff.{arch}", 0.45)),
-        "nv": job.system.nvlink_bw_gbs * eff["nvlink_eff"], "nic": job.system.scaleout_bw_gbs * eff["scaleout_eff"],
-        "nv_a2a": job.system.nvlink_bw_gbs * eff.get("nvlink_a2a_eff", eff["nvlink_eff"]),
-        "launch_us": eff.get(f"launch_us.{cpu}", 6.0), "qb": qb, "ep_eff": eff["ep_overlap_eff"],
-        # main-gradient accumulation in the wgrad epilogue: read + write one element per weight per microbatch
-        "acc": 2 * state_bytes(job).grad,
-        "host_p": eff.get("host_queue_sharpness", 4.0),
-    }
+        falloff=eff["scaleout_a2a_falloff"], deepep_rdma_eff=eff["deepep_rdma_eff"],
+        latency_us=eff.constants["a2a_latency_us"])
+    return Rates(
+        peak_bf16=peak_b, peak_quant=peak_q, eff_bf16=eff_b, eff_quant=eff_q, knee=eff["gemm_knee"],
+        hbm_gbs=gpu.hbm_bw_gbs, hbm_eff=eff["hbm_eff"], hbm_stream_eff=eff["hbm_stream_eff"],
+        attn_eff=eff[f"attn_eff.{attn_cls}"],
+        nvlink_gbs=job.system.nvlink_bw_gbs * eff["nvlink_eff"],
+        nic_gbs=job.system.scaleout_bw_gbs * eff["scaleout_eff"], nic_a2a_gbs=nic_a2a, a2a_latency_s=a2a_lat,
+        nvlink_a2a_gbs=job.system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
+        launch_us=eff[f"launch_us.{cpu}"], quant_bytes=qb, ep_overlap_eff=eff["ep_overlap_eff"],
+        grad_accum_bytes=2 * state_bytes(job).grad,
+        host_queue_sharpness=eff["host_queue_sharpness"],
+    )
 
 
-#: per-layer-type prices, keyed on (id of the LayerType, every other input of the pricing); values are read only
-_PRICED_CACHE: dict[tuple, tuple[Any, dict[str, float]]] = {}
+class PriceInputs(NamedTuple):
+    """Everything :func:`_price_layer` reads besides the layer work: the rates, the recompute selection, the TP / CP
+    mesh and bandwidths, TP-overlap settings and the host constants (its memo key)."""
+
+    rates: Rates
+    recompute_frac: tuple[tuple[int, float], ...]
+    full_recompute_frac: float
+    recompute_a2a: float
+    tp: int
+    cp: int
+    tp_busbw: float
+    cp_busbw: float
+    tp_overlap: bool
+    tp_overlap_splits: int
+    tp_overlap_sm_frac: float
+    cp_comm_type: str
+    graph_launch_us: float
+    native_launch_us: float
+    host_sync_us: float
 
 
-#: embedding / logits / loss work prices, keyed on (id of the work arrays, the rates); values are read only
-_EXTRA_CACHE: dict[tuple, tuple[Any, tuple[float, float, float]]] = {}
+@dataclass(frozen=True, slots=True)
+class LayerPrice:
+    """Seconds of one layer kind for one microbatch (fwd + bwd unless noted)."""
+
+    comp: float  #: compute: 3 x (gemm + attention + memory-bound) forward
+    gemm: float
+    attn: float
+    mem: float
+    rec: float  #: recompute (incl. recomputed A2As)
+    tp: float  #: exposed TP communication
+    cp: float  #: exposed CP communication
+    a2a: float  #: EP dispatch + combine, fwd + bwd, before hiding
+    exp: float  #: expert GEMMs (fwd + bwd)
+    host: float  #: host launch time
+    sync: float  #: host syncs (dropless dispatch)
 
 
-def _price_extra(work: dict[str, np.ndarray], r: dict[str, float], rkey: tuple) -> tuple[float, float, float]:
-    """(fwd gemm s, fwd attn s, fwd mem s) of a stage's non-layer work (:func:`_price`, memoised)."""
-    hit = _EXTRA_CACHE.get((id(work), rkey))
-    if hit is not None and hit[0] is work:
-        return hit[1]
-    g, a, e, _, _, _ = _price(work, r, {}, 0.0)
-    if len(_EXTRA_CACHE) > 50000:
-        _EXTRA_CACHE.clear()
-    _EXTRA_CACHE[(id(work), rkey)] = (work, (g, a, e))  # holds the work, so its id is not reused while cached
+@memo(maxsize=65536)
+def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
+    """Price of one layer type (:func:`_price` plus its communication and host time); read only."""
+    r = q.rates
+    g, a, e, rec, g_tp, g_exp = _price(lt.work, r, dict(q.recompute_frac), q.full_recompute_frac)
+    comp = 3 * (g + a + e)  # fwd + bwd (dgrad + wgrad ≈ 2× fwd; attention bwd counted as 2× fwd FLOPs)
+    tp_comm = 2 * C.ring_seconds(lt.tp_bytes, q.tp, q.tp_busbw) if q.tp > 1 else 0.0
+    tp_exp = S.tp_exposed(tp_comm, 3 * g_tp, overlap=q.tp_overlap, splits=q.tp_overlap_splits,
+                          sm_frac=q.tp_overlap_sm_frac)
+    cp_comm = 2 * lt.cp_bytes / (q.cp_busbw * 1e9) if q.cp > 1 else 0.0
+    cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=q.cp_comm_type)
+    a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s)
+               if lt.is_moe else 0.0)
+    rec_a2a = q.recompute_a2a * a2a_one
+    if q.full_recompute_frac > 0 and lt.is_moe:
+        rec_a2a = 2 * a2a_one * q.full_recompute_frac
+    return LayerPrice(comp=comp, gemm=3 * g, attn=3 * a, mem=3 * e, rec=rec + rec_a2a, tp=tp_exp, cp=cp_exp,
+                      a2a=4 * a2a_one, exp=3 * g_exp,
+                      host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
+                                          native_us=q.native_launch_us),
+                      sync=lt.launches.syncs * q.host_sync_us * 1e-6)
+
+
+@memo(maxsize=65536)
+def _price_extra(extra: ExtraWork, r: Rates) -> tuple[float, float, float]:
+    """(fwd gemm s, fwd attn s, fwd mem s) of a stage's non-layer work (:func:`_price`); read only."""
+    g, a, e, _, _, _ = _price(extra.work, r, {}, 0.0)
     return g, a, e
 
 
-def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
-    """Seconds per wall for a profile (see module doc); plain dict, no pydantic (hot path of the fit/planner)."""
+@dataclass(frozen=True, slots=True)
+class StepWalls:
+    """What :func:`evaluate` returns: the step time and its walls (plain floats; the planner's hot path)."""
+
+    walls: dict[str, float]  #: seconds per wall (keys :data:`WALL_ORDER`); they add up to ``step``
+    step: float  #: seconds per step (= :attr:`TimeEstimate.step_time_s`)
+    stage_seconds: list[float]  #: per-microbatch time of each PP rank
+    bottleneck: int  #: PP rank with the longest per-microbatch time
+    detail: dict[str, float]  #: seconds per step on the bottleneck stage: gemm, attention, memory_bound
+    #: per stage, the walls no feature variant shortens (compute, recompute, TP, CP), for the planner's bounds
+    stage_floor: list[float]
+    stage_a2a: list[float]  #: per stage, EP dispatch/combine seconds before any hiding (planner bounds)
+    ep_overlap_eff: float  #: the ``ep_overlap_eff`` parameter the walls were priced with
+    schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
+
+
+def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
+    """Seconds per wall for a profile (see module doc); no pydantic (hot path of the fit/planner)."""
     job = prof.job
     lay, feat, sysm = job.layout, job.features, job.system
     consts = eff.constants
     r = _rates(job, eff, prof.pcls, prof.quant_bytes)
     m = prof.m
-    # per layer type: price once
-    priced: dict[tuple, dict[str, float]] = {}
-    tp_busbw = C.bus_bandwidth(lay.tp, 1, sysm.nvlink_domain, r["nv"], r["nic"])
-    cp_busbw = C.bus_bandwidth(lay.cp, lay.tp, sysm.nvlink_domain, r["nv"], r["nic"])
+    tp_busbw = C.bus_bandwidth(lay.tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
+    cp_busbw = C.bus_bandwidth(lay.cp, lay.tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     n_sms = 0
     if feat.moe_token_dispatcher_type == "flex":
         n_sms = feat.moe_flex_dispatcher_num_sms or (consts["deepep_sms"] if feat.moe_flex_dispatcher_backend
                                                      == "deepep" else consts["hybridep_sms"])
-    sm_frac = n_sms / job.system.gpu.sm_count
-    splits = consts["tp_overlap_splits"]
-    tp_overlap = feat.tp_comm_overlap and lay.tp > 1 and feat.sequence_parallel
-    tp_sms = consts["tp_overlap_sms"]
-    graph_launch_us, host_sync_us = consts["graph_launch_us"], consts["host_sync_us"]
-    sm_count = job.system.gpu.sm_count
-    # everything the per-type pricing below reads besides the layer type itself (memo key, exact values)
-    rkey = tuple(r.values())
-    pkey = (rkey, tuple(prof.recompute_frac.items()), prof.full_recompute_frac, prof.recompute_a2a,
-            lay.tp, lay.cp, tp_busbw, cp_busbw, tp_overlap, splits, tp_sms, sm_count, feat.cp_comm_type,
-            graph_launch_us, host_sync_us)
-    for key, lt in prof.types.items():
-        hit = _PRICED_CACHE.get((id(lt), pkey))
-        if hit is not None and hit[0] is lt:
-            priced[key] = hit[1]
-            continue
-        g, a, e, rec, g_tp, g_exp = _price(lt.work, r, prof.recompute_frac, prof.full_recompute_frac)
-        comp = 3 * (g + a + e)  # fwd + bwd (dgrad + wgrad ≈ 2× fwd; attention bwd counted as 2× fwd FLOPs)
-        tp_comm = 2 * C.ring_seconds(lt.tp_bytes, lay.tp, tp_busbw) if lay.tp > 1 else 0.0
-        tp_exp = S.tp_exposed(tp_comm, 3 * g_tp, overlap=tp_overlap, splits=splits,
-                              sm_frac=consts["tp_overlap_sms"] / job.system.gpu.sm_count)
-        cp_comm = 2 * lt.cp_bytes / (cp_busbw * 1e9) if lay.cp > 1 else 0.0
-        cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=feat.cp_comm_type)
-        a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r["nv_a2a"], r["nic_a2a"], r["a2a_lat"]) if lt.is_moe
-                   else 0.0)
-        rec_a2a = prof.recompute_a2a * a2a_one
-        if prof.full_recompute_frac > 0 and lt.is_moe:
-            rec_a2a = 2 * a2a_one * prof.full_recompute_frac
-        a2a = 4 * a2a_one
-        priced[key] = {"comp": comp, "gemm": 3 * g, "attn": 3 * a, "mem": 3 * e, "rec": rec + rec_a2a,
-                       "tp": tp_exp, "cp": cp_exp, "a2a": a2a, "exp": 3 * g_exp,
-                       "host": H.host_seconds(lt.launches, launch_us=r["launch_us"],
-                                              graph_launch_us=consts["graph_launch_us"],
-                                              native_us=consts.get("native_launch_us", 0.0)),
-                       "sync": lt.launches.syncs * consts["host_sync_us"] * 1e-6}
-        if len(_PRICED_CACHE) > 50000:
-            _PRICED_CACHE.clear()
-        _PRICED_CACHE[(id(lt), pkey)] = (lt, priced[key])  # holds lt, so its id is not reused while cached
+    sm_frac = n_sms / sysm.gpu.sm_count
+    q = PriceInputs(
+        r, tuple(prof.recompute_frac.items()), prof.full_recompute_frac, prof.recompute_a2a, lay.tp, lay.cp,
+        tp_busbw, cp_busbw, feat.tp_comm_overlap and lay.tp > 1 and feat.sequence_parallel,
+        consts["tp_overlap_splits"], consts["tp_overlap_sms"] / sysm.gpu.sm_count, feat.cp_comm_type,
+        consts["graph_launch_us"], consts["native_launch_us"], consts["host_sync_us"])
+    # per layer type: price once
+    priced = {key: _price_layer(lt, q) for key, lt in prof.types.items()}
     stage_walls: list[dict[str, float]] = []
     ep_overlap = feat.overlap_moe_expert_parallel_comm and lay.ep > 1
-    done: dict[int, dict[str, float]] = {}  # stages shared by object (identical work) are priced once
+    done: dict[StageWork, dict[str, float]] = {}  # stages shared by object (identical work) are priced once
     for st in prof.stages:
-        w = done.get(id(st))
+        w = done.get(st)
         if w is not None:
             stage_walls.append(w)
             continue
@@ -781,29 +830,30 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         exp_tot = 0.0
         host_gap = 0.0
         for key, n in st.layer_counts.items():
-            q = priced[key]
-            w["compute"] += n * q["comp"]
-            w["gemm"] += n * q["gemm"]
-            w["attn"] += n * q["attn"]
-            w["mem"] += n * q["mem"]
-            w["recompute"] += n * q["rec"]
-            w["comm_tp"] += n * q["tp"]
-            w["comm_cp"] += n * q["cp"]
-            a2a_tot += n * q["a2a"]
-            exp_tot += n * q["exp"]
-            gpu_t = q["comp"] + q["tp"] + q["cp"] + q["rec"] + (0.0 if ep_overlap else q["a2a"])
-            host_gap += n * (H.host_exposed(q["host"], gpu_t, r["host_p"]) + (0.0 if ep_overlap else q["sync"]))
+            p = priced[key]
+            w["compute"] += n * p.comp
+            w["gemm"] += n * p.gemm
+            w["attn"] += n * p.attn
+            w["mem"] += n * p.mem
+            w["recompute"] += n * p.rec
+            w["comm_tp"] += n * p.tp
+            w["comm_cp"] += n * p.cp
+            a2a_tot += n * p.a2a
+            exp_tot += n * p.exp
+            gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
+            host_gap += n * (H.host_exposed(p.host, gpu_t, r.host_queue_sharpness) + (0.0 if ep_overlap else p.sync))
         if st.extra is not None:
-            g, a, e = _price_extra(st.extra, r, rkey)
+            g, a, e = _price_extra(st.extra, r)
             w["compute"] += 3 * (g + a + e)
             w["gemm"] += 3 * g
             w["mem"] += 3 * e
-            host_gap += H.host_exposed(st.extra_kernels * r["launch_us"] * 1e-6, 3 * (g + a + e), r["host_p"])
+            host_gap += H.host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e),
+                                       r.host_queue_sharpness)
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
         partner = w["compute"]
         if feat.delay_wgrad_compute:
             partner += exp_tot / 3.0  # expert wgrad moved behind the dispatch
-        ep_exp = S.ep_exposed(a2a_tot, partner, m, overlap=ep_overlap, eff=r["ep_eff"])
+        ep_exp = S.ep_exposed(a2a_tot, partner, m, overlap=ep_overlap, eff=r.ep_overlap_eff)
         if ep_overlap and sm_frac > 0:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
             ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
@@ -811,7 +861,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
         w["host"] = host_gap
         w["a2a_total"] = a2a_tot  # EP dispatch/combine before any hiding (not a wall; for the planner's bounds)
         stage_walls.append(w)
-        done[id(st)] = w
+        done[st] = w
     per_mb = [sum(w[k] for k in ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "host"))
               for w in stage_walls]
     steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp)
@@ -820,7 +870,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     # PP send/recv: warm-up/flush transfers are on the critical path; steady-state ones overlap (overlap_p2p_comm)
     pp_exp = 0.0
     if prof.pp > 1:
-        bw = r["nic"] if prof.pp_cross else r["nv"]
+        bw = r.nic_gbs if prof.pp_cross else r.nvlink_gbs
         t_p2p = prof.pp_bytes / (bw * 1e9)
         pp_exp = 2 * (prof.pp - 1) * t_p2p
         if prof.vpp <= 1:  # interleaved schedules overlap p2p with compute (overlap_p2p_comm auto with VPP > 1)
@@ -835,31 +885,30 @@ def evaluate(prof: Profile, eff: Efficiency) -> dict[str, Any]:
     }
     step = sum(walls.values())
     detail = {"gemm": m * wb["gemm"], "attention": m * wb["attn"], "memory_bound": m * wb["mem"]}
-    # per stage: the walls no feature variant shortens (compute, recompute, TP, CP), for the planner's bounds
     stage_floor = [w["compute"] + w["recompute"] + w["comm_tp"] + w["comm_cp"] for w in stage_walls]
-    return {"walls": walls, "step": step, "stage_seconds": per_mb, "bottleneck": bott, "detail": detail,
-            "stage_floor": stage_floor, "stage_a2a": [w["a2a_total"] for w in stage_walls], "ep_eff": r["ep_eff"],
-            "schedule": (m, prof.pp, prof.vpp)}
+    return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
+                     stage_floor=stage_floor, stage_a2a=[w["a2a_total"] for w in stage_walls],
+                     ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 
-def _step_host(prof: Profile, consts: dict, r: dict[str, float], opt_s: float) -> float:
+def _step_host(prof: Profile, consts: dict, r: Rates, opt_s: float) -> float:
     """Exposed host time of the once-per-step work (optimizer, gradient clipping, loss bookkeeping;
     :func:`moetune.perfmodel.host.step_launches`) on the rank with the most parameter tensors, against the
     optimizer's GPU time."""
     model = prof.job.model
     kern = consts["kernels_per_layer"]
-    tensors = consts.get("param_tensors")
+    tensors = consts["param_tensors"]
     if not tensors:
         return 0.0
     local = float(model.num_moe_experts or 1) / max(prof.job.layout.ep, 1)
     n = max(H.param_tensors(st.layer_counts, local_experts=local, shared=bool(model.moe_shared_expert_intermediate_size),
                             mla=model.multi_latent_attention, tensors=tensors) for st in prof.stages)
     sl = H.step_launches(n, kern)
-    host_s = H.host_seconds(sl, launch_us=r["launch_us"], graph_launch_us=consts["graph_launch_us"])
-    return H.host_exposed(host_s, opt_s, r["host_p"]) + sl.syncs * consts["host_sync_us"] * 1e-6
+    host_s = H.host_seconds(sl, launch_us=r.launch_us, graph_launch_us=consts["graph_launch_us"])
+    return H.host_exposed(host_s, opt_s, r.host_queue_sharpness) + sl.syncs * consts["host_sync_us"] * 1e-6
 
 
-def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: dict[str, float], m: int
+def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, wb: dict[str, float], m: int
                       ) -> tuple[float, float]:
     job = prof.job
     lay, feat, sysm = job.layout, job.features, job.system
@@ -869,8 +918,8 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: d
     n_dense = dp * lay.cp
     grad_b = 4.0 if (feat.grad_reduce_in_fp32 and feat.main_grads_dtype == "fp32") else 2.0
     param_b = 1.0 if (feat.fp8_param_gather and feat.precision in ("fp8_cs", "fp8_delayed")) else 2.0
-    bw_dense = C.bus_bandwidth(n_dense, lay.tp, sysm.nvlink_domain, r["nv"], r["nic"])
-    bw_exp = C.bus_bandwidth(edp, lay.ep * lay.expert_tp, sysm.nvlink_domain, r["nv"], r["nic"])
+    bw_dense = C.bus_bandwidth(n_dense, lay.tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
+    bw_exp = C.bus_bandwidth(edp, lay.ep * lay.expert_tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     rs = C.ring_seconds(st.dense_params * grad_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * grad_b,
                                                                                        edp, bw_exp)
     ag = C.ring_seconds(st.dense_params * param_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * param_b,
@@ -894,9 +943,9 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: dict[str, float], wb: d
     # the hidden part still runs NCCL kernels on ``dp_overlap_sms`` SMs that the overlapped compute loses (Bridge
     # keeps NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=16 SMs free for the DP collectives, docs/domain.md section 4.4)
     total = m * (2 * ag + rs) if feat.use_megatron_fsdp else (rs + ag if feat.use_distributed_optimizer else 2 * rs)
-    dp_exp += S.sm_contention(max(total - dp_exp, 0.0), consts.get("dp_overlap_sms", 0) / sysm.gpu.sm_count)
+    dp_exp += S.sm_contention(max(total - dp_exp, 0.0), consts["dp_overlap_sms"] / sysm.gpu.sm_count)
     opt_params = st.dense_params / shard + st.expert_params / (max(edp, 1) if shard > 1 else 1)
-    opt = opt_params * consts["optimizer_bytes_per_param"] / (r["hbm"] * 1e9 * r["hbm_eff"])
+    opt = opt_params * consts["optimizer_bytes_per_param"] / (r.hbm_gbs * 1e9 * r.hbm_eff)
     return dp_exp, opt
 
 
@@ -917,30 +966,29 @@ def resolve_efficiency(efficiency: Efficiency | str | Path | None) -> Efficiency
     return load_efficiency(efficiency)
 
 
-_EFF_FILES: dict[str, tuple[float, Efficiency]] = {}
-
-
 def _load_cached(path: str) -> Efficiency:
+    """:func:`load_efficiency` of a file, read again when its modification time changes."""
     try:
         mtime = Path(path).stat().st_mtime
     except OSError:
         return load_efficiency(path)  # raises the one-line InputError
-    hit = _EFF_FILES.get(path)
-    if hit is None or hit[0] != mtime:
-        hit = (mtime, load_efficiency(path))
-        _EFF_FILES[path] = hit
-    return hit[1]
+    return _load_efficiency_at(path, mtime)
+
+
+@memo(maxsize=64)
+def _load_efficiency_at(path: str, mtime: float) -> Efficiency:
+    return load_efficiency(path)
 
 
 def predict_tflops(prof: Profile, eff: Efficiency) -> float:
     """Model TFLOP/s/GPU of a profile (hot path of the fit)."""
     res = evaluate(prof, eff)
     job = prof.job
-    tok = job.global_batch_size * job.seq_length / (res["step"] * job.gpus)
+    tok = job.global_batch_size * job.seq_length / (res.step * job.gpus)
     return tok * prof.flops_per_token / 1e12
 
 
-def estimate_walls(job: Job, efficiency: Efficiency | str | Path | None = None) -> dict[str, Any]:
+def estimate_walls(job: Job, efficiency: Efficiency | str | Path | None = None) -> StepWalls:
     """:func:`evaluate` of ``job``: ``step`` is :func:`estimate_time`'s ``step_time_s`` and ``walls`` its wall
     seconds (same values, plain floats), without the throughput / MFU / assumption fields (the planner prices every
     variant with this and builds the full estimate only for the candidates it reports)."""
@@ -953,7 +1001,7 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     eff = resolve_efficiency(efficiency)
     prof = build_profile(job, eff)
     res = evaluate(prof, eff)
-    step = res["step"]
+    step = res.step
     tok = job.global_batch_size * job.seq_length / (step * job.gpus)
     tflops = tok * prof.flops_per_token / 1e12
     gpu = job.system.gpu
@@ -961,18 +1009,19 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     mfu = {"vs_bf16_peak": tflops / gpu.peak_tflops["bf16"],
            "vs_precision_peak": tflops / gpu.peak_tflops.get(pk, gpu.peak_tflops["bf16"])}
     # plain dicts: validated into Wall objects in the one TimeEstimate validation (same values, one Rust call)
-    walls = {k: {"seconds": res["walls"][k], "share": res["walls"][k] / step if step else 0.0} for k in WALL_ORDER}
-    dominant = max(WALL_ORDER, key=lambda k: res["walls"][k])
+    walls = {k: {"seconds": res.walls[k], "share": res.walls[k] / step if step else 0.0} for k in WALL_ORDER}
+    dominant = max(WALL_ORDER, key=lambda k: res.walls[k])
     assumptions = list(prof.assumptions)
     assumptions.append(f"efficiency parameters: {eff.origin}")
     if job.model.is_moe and not job.features.moe_router_force_load_balancing:
-        assumptions.append(f"hottest expert rank holds {_expert_load(job.features, 1, 1):g}x the mean tokens "
+        assumptions.append(f"hottest expert rank holds {expert_load(job.features):g}x the mean tokens "
                            "(moe_routing_imbalance; 1 = balanced)")
     return TimeEstimate(
         step_time_s=step, tokens_per_s_per_gpu=tok, model_tflops_per_gpu=tflops, mfu=mfu,
         precision=job.features.precision, walls=walls,
         dominant_wall=dominant, flops_per_token=prof.flops_per_token, num_microbatches=prof.m,
-        bottleneck_stage=res["bottleneck"], stage_seconds=res["stage_seconds"], compute_detail=res["detail"],
+        bottleneck_stage=res.bottleneck, stage_seconds=res.stage_seconds, compute_detail=res.detail,
         assumptions=assumptions, efficiency_source=eff.origin,
         band=band_for(job.model, job.system, step),
     )
+

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from moetune.errors import InputError
+from moetune.memo import memo
 
 FORMAT = "moetune-uncertainty/1"
 COVERAGE = 0.8
@@ -122,7 +122,7 @@ def _parse(doc: Any, origin: str) -> dict[str, Any]:
     return doc
 
 
-@cache
+@memo(maxsize=256)
 def shipped_table() -> dict[str, Any]:
     """``catalog/uncertainty.yaml``."""
     text = (resources.files("moetune.catalog") / "uncertainty.yaml").read_text()

@@ -40,7 +40,7 @@ from moetune.perfmodel.memory import (
     weight_and_optimizer_bytes,
 )
 from moetune.perfmodel.schedule import pipeline_step
-from moetune.perfmodel.step import estimate_time, estimate_walls, resolve_efficiency
+from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
 from moetune.spec.features import Features
@@ -502,7 +502,7 @@ class Search:
                     self.note_miss(over, lp, mode)
                     continue
                 res = self.time_of(lp, self.features(mode, lp, {}))  # the base job (pass 2 prices it again)
-                self.queue.append((_walls_floor(res["walls"]), len(self.queue), lp, mode, _schedule_floor(res)))
+                self.queue.append((_walls_floor(res.walls), len(self.queue), lp, mode, _schedule_floor(res)))
 
     def pass_2(self) -> None:
         """Best-first by the variant floor: fit recompute (least first) and price the variants of each layout."""
@@ -532,7 +532,7 @@ class Search:
                     continue
                 if rank and len(self.best) >= self.k:
                     # recompute adds to the invariant walls: re-bound before pricing this layout's variants
-                    if _walls_floor(self.time_of(lp, self.features(mode, lp, rec))["walls"]) > self.kth_best():
+                    if _walls_floor(self.time_of(lp, self.features(mode, lp, rec)).walls) > self.kth_best():
                         self.pruned_bound += 1
                         break
                     if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
@@ -591,7 +591,7 @@ class Search:
                     if not ok:
                         break
                     job = self.job_of(lp, feats)
-                    step = self.time_of(lp, feats, job)["step"]  # = estimate_time(job).step_time_s
+                    step = self.time_of(lp, feats, job).step  # = estimate_time(job).step_time_s
                     self.feasible += 1
                     any_ok = True
                     prev = self.best_by_layout.get(lk)
@@ -856,7 +856,7 @@ def variant_floor(t) -> float:
     return _walls_floor({w: t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS})
 
 
-def _schedule_floor(res: dict, by_dispatcher: list[dict] | None = None) -> float:
+def _schedule_floor(res: StepWalls, by_dispatcher: list[StepWalls] | None = None) -> float:
     """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
     CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job and,
     optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``); at least
@@ -872,13 +872,13 @@ def _schedule_floor(res: dict, by_dispatcher: list[dict] | None = None) -> float
     bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and the
     optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
     """
-    m, pp, vpp = res["schedule"]
-    per_stage = res["stage_floor"]
+    m, pp, vpp = res.schedule
+    per_stage = res.stage_floor
     if by_dispatcher:
-        keep = min(max(1.0 - res["ep_eff"], 0.0), 1.0)
-        per_stage = [x + keep * min(d["stage_a2a"][p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
+        keep = min(max(1.0 - res.ep_overlap_eff, 0.0), 1.0)
+        per_stage = [x + keep * min(d.stage_a2a[p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
-    return (steady + bubble + res["walls"]["comm_pp"] + res["walls"]["optimizer"]) * (1.0 - 1e-9)
+    return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"]) * (1.0 - 1e-9)
 
 
 def _walls_floor(walls: dict[str, float]) -> float:

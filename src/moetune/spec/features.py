@@ -15,6 +15,10 @@ from moetune.spec.base import FrozenSpec
 
 Precision = Literal["bf16", "fp16", "fp8_delayed", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4"]
 
+#: precisions whose recipe quantises the linear layers (TE ``fp8_autocast`` / FP4 recipes): every canonical
+#: precision but BF16 and FP16
+FP8_PRECISIONS = frozenset({"fp8_delayed", "fp8_cs", "fp8_blockwise", "mxfp8", "nvfp4"})
+
 #: accepted precision spellings (lower-cased, '-' and ' ' -> '_') -> canonical recipe.
 #: 'fp8' alone means FP8 current (tensorwise) scaling, Bridge's default fp8_recipe (docs/domain.md §8).
 PRECISION_ALIASES: dict[str, str] = {
@@ -66,84 +70,197 @@ CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "
 
 
 class Features(FrozenSpec):
-    """Everything besides the layout that changes memory or time."""
+    """Everything besides the layout that changes memory or time.
+
+    Each field names its Megatron-LM flag (``--x``; TransformerConfig / DDP / optimizer config attribute of the same
+    name unless noted) and the Megatron-Bridge ``ConfigContainer`` path (``model.``, ``ddp.``, ``optimizer.``,
+    ``train.``). Defaults are the Megatron-Core defaults unless noted; counts are plain numbers, fractions are in
+    [0, 1].
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     # --- precision ---------------------------------------------------------------------------------------
-    precision: Precision = Field(default="bf16", description="Canonical recipe; see PRECISION_ALIASES.")
-    fp8_param_gather: bool = Field(default=False, description="Keep FP8 params (halves param all-gather).")
-    first_last_layers_bf16: bool = Field(default=False, description="Keep first/last layers in BF16 (FP8-CS recipes).")
+    precision: Precision = Field(
+        default="bf16", description="Canonical mixed-precision recipe (PRECISION_ALIASES). Megatron --bf16 / --fp16 "
+        "with --fp8-format/--fp8-recipe or --fp4-format/--fp4-recipe; Bridge mixed_precision (recipe names in "
+        "BRIDGE_MIXED_PRECISION). Default bf16.")
+    fp8_param_gather: bool = Field(
+        default=False, description="Keep the parameters in FP8 and all-gather them in FP8 (halves the param "
+        "all-gather; no separate FP8 weight cache). --fp8-param-gather; Bridge ddp.fp8_param_gather. Default False.")
+    first_last_layers_bf16: bool = Field(
+        default=False, description="Run the first and last decoder layers in BF16 inside an FP8/FP4 recipe. "
+        "--first-last-layers-bf16; Bridge model.first_last_layers_bf16. Default False (FP8-CS recipes set it).")
 
     # --- recompute / offload -----------------------------------------------------------------------------
-    recompute_granularity: Literal["selective", "full"] | None = None
-    recompute_method: Literal["uniform", "block"] | None = None
-    recompute_num_layers: int | None = None
+    recompute_granularity: Literal["selective", "full"] | None = Field(
+        default=None, description="Activation recompute: 'selective' (the modules in recompute_modules) or 'full' "
+        "(whole layers, with recompute_method / recompute_num_layers). --recompute-granularity; Bridge "
+        "model.recompute_granularity. Default None (no recompute).")
+    recompute_method: Literal["uniform", "block"] | None = Field(
+        default=None, description="With full recompute: 'uniform' (every layer, in groups of recompute_num_layers "
+        "keeping one input per group) or 'block' (the first recompute_num_layers layers of each pipeline chunk). "
+        "--recompute-method; Bridge model.recompute_method. Default None (MCore then uses uniform).")
+    recompute_num_layers: int | None = Field(
+        default=None, description="Layers per recompute group (uniform) or recomputed layers per chunk (block), a "
+        "count. --recompute-num-layers; Bridge model.recompute_num_layers. Default None (1).")
     recompute_modules: tuple[RecomputeModule, ...] = Field(
-        default=(), description="Selective recompute modules (MCore default when selective and unset: core_attn)."
-    )
-    fine_grained_activation_offloading: bool = False
-    offload_modules: tuple[OffloadModule, ...] = ()
-    cpu_offloading: bool = Field(default=False, description="Layer-level activation offload (needs PP=1).")
-    cpu_offloading_num_layers: int = 0
-    optimizer_cpu_offload: bool = False
-    optimizer_offload_fraction: float = Field(default=0.0, ge=0.0, le=1.0)
+        default=(), description="Modules recomputed by selective recompute. --recompute-modules; Bridge "
+        "model.recompute_modules. Default () (MCore default when selective and unset: core_attn).")
+    fine_grained_activation_offloading: bool = Field(
+        default=False, description="Offload the activations of offload_modules to host memory, layer by layer. "
+        "--fine-grained-activation-offloading; Bridge model.fine_grained_activation_offloading. Default False.")
+    offload_modules: tuple[OffloadModule, ...] = Field(
+        default=(), description="Modules whose saved activations fine-grained offloading moves to the host. "
+        "--offload-modules; Bridge model.offload_modules. Default ().")
+    cpu_offloading: bool = Field(
+        default=False, description="Layer-level activation offload to the host (needs PP=1). --cpu-offloading; "
+        "Bridge model.cpu_offloading. Default False.")
+    cpu_offloading_num_layers: int = Field(
+        default=0, description="Decoder layers whose activations cpu_offloading moves to the host, a count. "
+        "--cpu-offloading-num-layers; Bridge model.cpu_offloading_num_layers. Default 0.")
+    optimizer_cpu_offload: bool = Field(
+        default=False, description="Keep (part of) the optimizer state and step on the host (HybridDeviceOptimizer). "
+        "--optimizer-cpu-offload; Bridge optimizer.optimizer_cpu_offload. Default False.")
+    optimizer_offload_fraction: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="Fraction of the optimizer state offloaded when "
+        "optimizer_cpu_offload is on, in [0, 1]. --optimizer-offload-fraction; Bridge "
+        "optimizer.optimizer_offload_fraction. Default 0.0 here (Megatron's default is 1.0; moetune reads the "
+        "value given).")
 
     # --- MoE dispatch and kernels ------------------------------------------------------------------------
-    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = "alltoall"
-    moe_flex_dispatcher_backend: Literal["deepep", "hybridep"] | None = None
-    moe_flex_dispatcher_num_sms: int | None = Field(default=None, description="None -> DeepEP 20, HybridEP 16.")
-    moe_grouped_gemm: bool = True
-    moe_permute_fusion: bool = True
-    moe_router_fusion: bool = False
-    moe_router_force_load_balancing: bool = Field(default=False, description="Benchmark-only balanced routing.")
-    moe_expert_capacity_factor: float | None = Field(default=None, description="None = dropless.")
-    moe_pad_expert_input_to_capacity: bool = False
+    moe_token_dispatcher_type: Literal["allgather", "alltoall", "flex"] = Field(
+        default="alltoall", description="MoE token dispatcher: all-gather, all-to-all, or flex (DeepEP / HybridEP "
+        "kernels, moe_flex_dispatcher_backend). --moe-token-dispatcher-type; Bridge model.moe_token_dispatcher_type. "
+        "Default alltoall (MCore's default is allgather; every shipped recipe sets it).")
+    moe_flex_dispatcher_backend: Literal["deepep", "hybridep"] | None = Field(
+        default=None, description="Kernels of the flex dispatcher. --moe-flex-dispatcher-backend; Bridge "
+        "model.moe_flex_dispatcher_backend. Default None (deepep when the dispatcher is flex).")
+    moe_flex_dispatcher_num_sms: int | None = Field(
+        default=None, description="SMs the flex dispatcher's kernels occupy, a count. --moe-flex-dispatcher-num-sms "
+        "(per backend: --moe-deepep-num-sms, --moe-hybridep-num-sms); Bridge model.moe_flex_dispatcher_num_sms. None -> DeepEP 20, HybridEP 16 "
+        "(efficiency constants deepep_sms / hybridep_sms).")
+    moe_grouped_gemm: bool = Field(
+        default=True, description="Run the local experts as one grouped GEMM (TE GroupedLinear). --moe-grouped-gemm; "
+        "Bridge model.moe_grouped_gemm. Default True here (Megatron's default is False; every MoE recipe sets it).")
+    moe_permute_fusion: bool = Field(
+        default=True, description="Fused token permute/unpermute kernels. --moe-permute-fusion; Bridge "
+        "model.moe_permute_fusion. Default True here (Megatron's default is False; recipes set it).")
+    moe_router_fusion: bool = Field(
+        default=False, description="Fused router top-k / score kernels. --moe-router-fusion; Bridge "
+        "model.moe_router_fusion. Default False.")
+    moe_router_force_load_balancing: bool = Field(
+        default=False, description="Benchmark-only routing that sends every expert the mean load (MOE-031). "
+        "--moe-router-force-load-balancing; Bridge model.moe_router_force_load_balancing. Default False.")
+    moe_expert_capacity_factor: float | None = Field(
+        default=None, description="Expert capacity as a multiple of the mean tokens per expert; tokens above it are "
+        "dropped. --moe-expert-capacity-factor; Bridge model.moe_expert_capacity_factor. Default None (dropless).")
+    moe_pad_expert_input_to_capacity: bool = Field(
+        default=False, description="Pad every expert's input to the capacity (static shapes: drop-and-pad; needs a "
+        "capacity factor). --moe-pad-expert-input-to-capacity; Bridge model.moe_pad_expert_input_to_capacity. "
+        "Default False.")
     moe_routing_imbalance: float = Field(
-        default=1.0, ge=1.0, description="max/mean tokens per expert rank when dropless and not force-balanced."
-    )
+        default=1.0, ge=1.0, description="moetune input, no Megatron flag: max/mean tokens per expert rank when "
+        "dropless and not force-balanced (>= 1; moetune.perfmodel.routing.expert_load). Default 1.0 (balanced).")
 
     # --- overlap ------------------------------------------------------------------------------------------
-    sequence_parallel: bool = Field(default=True, description="SP (required for MoE with TP>1; forced False at TP1).")
-    overlap_moe_expert_parallel_comm: bool = False
-    delay_wgrad_compute: bool = False
-    moe_shared_expert_overlap: bool = False
-    tp_comm_overlap: bool = False
-    overlap_grad_reduce: bool = True
-    overlap_param_gather: bool = True
-    overlap_p2p_comm: bool = True
-    cp_comm_type: Literal["p2p", "a2a", "allgather", "a2a+p2p"] = "p2p"
+    sequence_parallel: bool = Field(
+        default=True, description="Sequence parallelism over the TP group (required for MoE with TP>1; forced False "
+        "at TP1). --sequence-parallel; Bridge model.sequence_parallel. Default True here (Megatron's default is "
+        "False).")
+    overlap_moe_expert_parallel_comm: bool = Field(
+        default=False, description="Hide the EP dispatch/combine behind another microbatch's compute (1F1B "
+        "A2A overlap). --overlap-moe-expert-parallel-comm; Bridge model.overlap_moe_expert_parallel_comm. "
+        "Default False.")
+    delay_wgrad_compute: bool = Field(
+        default=False, description="Delay the expert weight-gradient GEMMs behind the dispatch (with EP overlap). "
+        "--delay-wgrad-compute; Bridge model.delay_wgrad_compute. Default False.")
+    moe_shared_expert_overlap: bool = Field(
+        default=False, description="Run the shared experts concurrently with the dispatch. "
+        "--moe-shared-expert-overlap; Bridge model.moe_shared_expert_overlap. Default False.")
+    tp_comm_overlap: bool = Field(
+        default=False, description="TE userbuffers overlap of the TP all-gather/reduce-scatter with the GEMMs "
+        "(needs sequence_parallel). --tp-comm-overlap; Bridge model.tp_comm_overlap. Default False.")
+    overlap_grad_reduce: bool = Field(
+        default=True, description="Overlap the DP gradient reduce(-scatter) with the backward pass. "
+        "--overlap-grad-reduce; Bridge ddp.overlap_grad_reduce. Default True here (Megatron's default is False; "
+        "recipes set it).")
+    overlap_param_gather: bool = Field(
+        default=True, description="Overlap the distributed optimizer's parameter all-gather with the forward pass. "
+        "--overlap-param-gather; Bridge ddp.overlap_param_gather. Default True here (Megatron's default is False; "
+        "recipes set it).")
+    overlap_p2p_comm: bool = Field(
+        default=True, description="Overlap the pipeline send/recv with compute. On unless --no-overlap-p2p-communication (config "
+        "overlap_p2p_comm); Bridge model.overlap_p2p_comm. Default True.")
+    cp_comm_type: Literal["p2p", "a2a", "allgather", "a2a+p2p"] = Field(
+        default="p2p", description="Context-parallel attention communication: ring p2p, all-to-all (Ulysses), "
+        "all-gather, or hierarchical a2a+p2p. --cp-comm-type; Bridge model.cp_comm_type. Default p2p.")
 
     # --- CUDA graphs --------------------------------------------------------------------------------------
-    cuda_graph_impl: Literal["none", "local", "transformer_engine"] = "none"
-    cuda_graph_scope: tuple[CudaGraphScope, ...] = ()
+    cuda_graph_impl: Literal["none", "local", "transformer_engine"] = Field(
+        default="none", description="CUDA-graph implementation: MCore's own (local) or TE make_graphed_callables. "
+        "--cuda-graph-impl; Bridge model.cuda_graph_impl. Default none.")
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = Field(
+        default=(), description="Parts captured in CUDA graphs. --cuda-graph-scope; Bridge model.cuda_graph_scope. "
+        "Default () (graphs on: whole layers).")
 
     # --- optimizer ----------------------------------------------------------------------------------------
-    use_distributed_optimizer: bool = True
-    num_distributed_optimizer_instances: int = 1
-    use_precision_aware_optimizer: bool = False
-    exp_avg_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = "fp32"
-    exp_avg_sq_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = "fp32"
-    main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
-    main_params_dtype: Literal["fp32", "fp16"] = "fp32"
-    grad_reduce_in_fp32: bool = True
-    use_megatron_fsdp: bool = False
-    data_parallel_sharding_strategy: Literal["no_shard", "optim", "optim_grads", "optim_grads_params"] = "no_shard"
+    use_distributed_optimizer: bool = Field(
+        default=True, description="Shard the optimizer state over the data-parallel ranks (ZeRO-1). "
+        "--use-distributed-optimizer; Bridge ddp.use_distributed_optimizer. Default True here (Megatron's default "
+        "is False; recipes set it).")
+    num_distributed_optimizer_instances: int = Field(
+        default=1, description="Distributed-optimizer replicas (the shard group is DP / instances), a count. "
+        "--num-distributed-optimizer-instances; Bridge ddp.num_distributed_optimizer_instances. Default 1.")
+    use_precision_aware_optimizer: bool = Field(
+        default=False, description="TE FusedAdam with the moment / master dtypes below. "
+        "--use-precision-aware-optimizer; Bridge optimizer.use_precision_aware_optimizer. Default False.")
+    exp_avg_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = Field(
+        default="fp32", description="Adam first-moment dtype (with the precision-aware optimizer). --exp-avg-dtype; "
+        "Bridge optimizer.exp_avg_dtype. Default fp32.")
+    exp_avg_sq_dtype: Literal["fp32", "bf16", "fp16", "fp8"] = Field(
+        default="fp32", description="Adam second-moment dtype (with the precision-aware optimizer). "
+        "--exp-avg-sq-dtype; Bridge optimizer.exp_avg_sq_dtype. Default fp32.")
+    main_grads_dtype: Literal["fp32", "bf16"] = Field(
+        default="fp32", description="Dtype of the main gradient buffers. --main-grads-dtype; Bridge "
+        "optimizer.main_grads_dtype. Default fp32.")
+    main_params_dtype: Literal["fp32", "fp16"] = Field(
+        default="fp32", description="Dtype of the optimizer's master weights. --main-params-dtype; Bridge "
+        "optimizer.main_params_dtype. Default fp32.")
+    grad_reduce_in_fp32: bool = Field(
+        default=True, description="Reduce the gradients over DP in FP32. --accumulate-allreduce-grads-in-fp32; "
+        "Bridge ddp.grad_reduce_in_fp32. Default True here (Megatron's default is False; recipes set it).")
+    use_megatron_fsdp: bool = Field(
+        default=False, description="Megatron-FSDP: shard weights/grads/optimizer state per "
+        "data_parallel_sharding_strategy. --use-megatron-fsdp; Bridge ddp.use_megatron_fsdp. Default False.")
+    data_parallel_sharding_strategy: Literal["no_shard", "optim", "optim_grads", "optim_grads_params"] = Field(
+        default="no_shard", description="What Megatron-FSDP shards over DP: nothing, optimizer state, + grads, + "
+        "params. --data-parallel-sharding-strategy; Bridge ddp.data_parallel_sharding_strategy. Default no_shard.")
 
     # --- runtime environment --------------------------------------------------------------------------------
-    expandable_segments: bool = Field(default=False, description="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
-    manual_gc: bool = False
+    expandable_segments: bool = Field(
+        default=False, description="PyTorch allocator expandable segments (less fragmentation). Environment "
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, no Megatron flag. Default False.")
+    manual_gc: bool = Field(
+        default=False, description="Disable Python's automatic GC and collect at fixed steps. --manual-gc; Bridge "
+        "train.manual_gc. Default False.")
 
     # --- attention / loss kernels (memory: unfused attention keeps a*s^2 score tensors) -------------------
     attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] = Field(
-        default="auto", description="Megatron --attention-backend / Bridge model.attention_backend."
-    )
+        default="auto", description="Attention kernel choice. --attention-backend; Bridge model.attention_backend. "
+        "Default auto.")
     transformer_impl: Literal["transformer_engine", "local"] = Field(
-        default="transformer_engine", description="--transformer-impl (local = unfused attention, torch linears)."
-    )
-    attention_dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="TransformerConfig default 0.1.")
-    hidden_dropout: float = Field(default=0.1, ge=0.0, lt=1.0, description="TransformerConfig default 0.1.")
-    cross_entropy_loss_fusion: bool = Field(default=False, description="--cross-entropy-loss-fusion.")
+        default="transformer_engine", description="Layer implementation (local = unfused attention, torch "
+        "linears). --transformer-impl; Bridge: the model provider's layer spec. Default transformer_engine.")
+    attention_dropout: float = Field(
+        default=0.1, ge=0.0, lt=1.0, description="Dropout probability after the attention softmax, in [0, 1) (> 0 "
+        "keeps a mask). --attention-dropout; Bridge model.attention_dropout. Default 0.1.")
+    hidden_dropout: float = Field(
+        default=0.1, ge=0.0, lt=1.0, description="Dropout probability on the residual branches, in [0, 1) (> 0 keeps "
+        "masks). --hidden-dropout; Bridge model.hidden_dropout. Default 0.1.")
+    cross_entropy_loss_fusion: bool = Field(
+        default=False, description="Fused vocab-parallel cross entropy. --cross-entropy-loss-fusion; Bridge "
+        "model.cross_entropy_loss_fusion. Default False.")
     cross_entropy_fusion_impl: Literal["native", "te"] = Field(
-        default="native", description="--cross-entropy-fusion-impl (te: TE parallel cross entropy, BF16 grad in place)."
-    )
+        default="native", description="Fused cross-entropy kernel (te: TE parallel cross entropy, BF16 grad in "
+        "place). --cross-entropy-fusion-impl; Bridge model.cross_entropy_fusion_impl. Default native.")

@@ -27,10 +27,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from moetune.errors import LayoutError
+from moetune.memo import memo
 
 if TYPE_CHECKING:
     from moetune.spec.layout import Layout
@@ -129,7 +129,7 @@ def _expand(text: str, pos: int, depth: int) -> tuple[str, int]:
     return "".join(out), pos
 
 
-@lru_cache(maxsize=4096)
+@memo(maxsize=4096)
 def _parse_str(text: str) -> Stages:
     raw = "".join(text.split()).replace(",", "")  # whitespace and commas are cosmetic
     if not raw:
@@ -335,26 +335,37 @@ def _uniform_counts(
     return counts
 
 
-def stage_strings(model: ModelArch, layout: Layout) -> Stages:
+class SplitFields(NamedTuple):
+    """The Layout fields that place layers on pipeline ranks (all that :func:`pipeline_stages` reads): layouts that
+    differ only in TP / CP / EP / ETP share one split."""
+
+    pp: int
+    vpp: int | None
+    pipeline_layout: str | None
+    num_layers_in_first_pipeline_stage: int | None
+    num_layers_in_last_pipeline_stage: int | None
+    account_for_embedding_in_pipeline_split: bool
+    account_for_loss_in_pipeline_split: bool
+
+
+def split_fields(layout: Layout) -> SplitFields:
+    """:class:`SplitFields` of a layout."""
+    return SplitFields(layout.pp, layout.vpp, layout.pipeline_layout, layout.num_layers_in_first_pipeline_stage,
+                       layout.num_layers_in_last_pipeline_stage, layout.account_for_embedding_in_pipeline_split,
+                       layout.account_for_loss_in_pipeline_split)
+
+
+def stage_strings(model: ModelArch, layout: Layout | SplitFields) -> Stages:
     """The (validated) contents of every stage as a layout string, in stage order ``i = vchunk*PP + pp_rank``.
 
     Works for every split mechanism: an explicit layout is checked, the others are converted (embedding on stage 0,
     MTP and loss on the last stage).
     """
-    return _stage_strings(
-        model.num_layers,
-        model.mtp_num_layers,
-        layout.pp,
-        layout.vpp,
-        layout.pipeline_layout,
-        layout.num_layers_in_first_pipeline_stage,
-        layout.num_layers_in_last_pipeline_stage,
-        layout.account_for_embedding_in_pipeline_split,
-        layout.account_for_loss_in_pipeline_split,
-    )
+    f = layout if isinstance(layout, SplitFields) else split_fields(layout)
+    return _stage_strings(model.num_layers, model.mtp_num_layers, *f)
 
 
-@lru_cache(maxsize=8192)
+@memo(maxsize=8192)
 def _stage_strings(
     num_layers: int,
     mtp: int,
@@ -392,7 +403,7 @@ def _stage_strings(
     return tuple(out)
 
 
-def pipeline_stages(model: ModelArch, layout: Layout) -> list[PipelineRank]:
+def pipeline_stages(model: ModelArch, layout: Layout | SplitFields) -> list[PipelineRank]:
     """Per PP rank, its virtual chunks with decoder layer indices, embedding / loss flags and MTP layers.
 
     Decoder ids are assigned in stage order (virtual chunk major, then PP rank), as MCore's ``get_layer_offset`` /

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 import yaml
 
 from moetune.errors import InputError
+from moetune.memo import memo
 
 GROUPS = ("compute", "comm", "memory")
 GROUP_COMPUTE, GROUP_COMM, GROUP_MEMORY = 0, 1, 2
@@ -120,7 +120,7 @@ def load_taxonomy(path: str | Path | None = None) -> Taxonomy:
     return _load(read_text(path, "a kernel taxonomy YAML"), str(path))
 
 
-@lru_cache(maxsize=1)
+@memo(maxsize=1)
 def _default() -> Taxonomy:
     text = resources.files("moetune.catalog").joinpath("kernel_taxonomy.yaml").read_text()
     return _load(text, "kernel_taxonomy.yaml")

@@ -1,0 +1,113 @@
+"""The one memo mechanism of moetune: bounded LRU tables, keyed on a function's (hashable) arguments.
+
+Every cache in the package is a function decorated with :func:`memo`; there are no module-level cache dicts. A memo
+table is keyed on the *arguments* of its function, so the key is derived from what the function can read: when a
+function needs only part of a spec object (a few ``Features`` fields, the batch shape of a ``Job``), it takes that
+part as an argument (a frozen projection such as :class:`moetune.perfmodel.step.LayerInputs`) instead of the whole
+object, and so cannot read a field that its key lacks. Keys are values, never ``id()``: the frozen spec models
+(:class:`moetune.spec.base.FrozenSpec`) hash once and compare by value; a few work objects of the step model compare
+by identity (``eq=False`` dataclasses), which is safe because a table holds a reference to every key it stores.
+
+Tables are ``functools.lru_cache`` objects (C implementation: the planner does millions of lookups), bounded by
+``maxsize``, least recently used entry evicted first. Values are shared between callers and must be treated as read
+only. :func:`clear` empties every table (tests call it through ``tests/conftest.py``); :func:`stats` reports hits,
+misses and sizes per table for debugging (``python -c 'import moetune.memo as m; ...; print(m.report())'``).
+
+Worker processes of the planner are forked: they start with a copy of the parent's tables.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: qualified function name -> its lru_cache wrapper (the registry :func:`clear` and :func:`stats` walk)
+_TABLES: dict[str, Any] = {}
+
+
+class TableStats(NamedTuple):
+    """Counters of one memo table (``functools`` ``CacheInfo`` fields)."""
+
+    hits: int
+    misses: int
+    maxsize: int
+    size: int
+
+
+def memo(maxsize: int) -> Callable[[F], F]:
+    """Decorator: memoise a pure function in a bounded LRU table keyed on its arguments (all must be hashable).
+
+    ``maxsize`` bounds the table (least recently used entries are dropped first). The wrapped function keeps
+    ``cache_clear`` / ``cache_info``; prefer :func:`clear` and :func:`stats`, which cover every table.
+    """
+    if not isinstance(maxsize, int) or maxsize <= 0:
+        raise ValueError(f"memo(maxsize={maxsize!r}): expected a positive int (every memo table is bounded)")
+
+    def deco(fn: F) -> F:
+        name = f"{fn.__module__}.{fn.__qualname__}"
+        if name in _TABLES:
+            raise ValueError(f"memo: a table named {name} is already registered")
+        table = functools.lru_cache(maxsize=maxsize)(fn)
+        _TABLES[name] = table
+        return table  # type: ignore[return-value]
+
+    return deco
+
+
+def clear() -> None:
+    """Empty every memo table (a cold evaluation follows; needed after monkeypatching a catalog in tests)."""
+    for table in _TABLES.values():
+        table.cache_clear()
+
+
+def stats() -> dict[str, TableStats]:
+    """Per table (qualified function name): hits, misses, bound and current size."""
+    out = {}
+    for name, table in _TABLES.items():
+        info = table.cache_info()
+        out[name] = TableStats(info.hits, info.misses, info.maxsize, info.currsize)
+    return out
+
+
+def report() -> str:
+    """:func:`stats` as a text table, busiest first (debugging aid)."""
+    rows = sorted(stats().items(), key=lambda kv: -(kv[1].hits + kv[1].misses))
+    lines = [f"{'table':<64} {'hits':>10} {'misses':>9} {'size':>8} {'bound':>8}"]
+    lines += [f"{n:<64} {s.hits:>10} {s.misses:>9} {s.size:>8} {s.maxsize:>8}" for n, s in rows]
+    return "\n".join(lines)
+
+
+@memo(maxsize=65536)
+def canonical(value: Any) -> Any:
+    """One shared instance per distinct (hashable) value while it stays in the table: later keys built from it
+    compare by identity first, which is what makes lookups keyed on large tuples cheap."""
+    return value
+
+
+class FrozenMap(dict):
+    """A read-only, hashable dict (hash computed once): a mapping argument of a memoised function, such as the
+    kernel counts of the efficiency constants. Mutating methods raise TypeError."""
+
+    __slots__ = ("_hash",)
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        try:
+            return self._hash
+        except AttributeError:
+            self._hash = hash(tuple(sorted(self.items())))
+            return self._hash
+
+    def _readonly(self, *args, **kwargs):
+        raise TypeError("FrozenMap is read only")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _readonly  # type: ignore[assignment]
+
+    def __ior__(self, other):  # type: ignore[override]
+        raise TypeError("FrozenMap is read only")
+
+    def __reduce__(self):
+        return (FrozenMap, (dict(self),))
+
