@@ -120,9 +120,7 @@ def test_package_graph_is_acyclic():
 
 
 #: private names still imported across modules, each with the change that removes it (keep this list short)
-PRIVATE_IMPORTS_BEING_REMOVED = {
-    "moetune.perfmodel.step:moetune.perfmodel.memory._stages",  # the memo mechanism (issue 18 item 1)
-}
+PRIVATE_IMPORTS_BEING_REMOVED: set[str] = set()
 
 
 def test_no_private_name_imported_across_modules():

@@ -10,8 +10,8 @@ by identity (``eq=False`` dataclasses), which is safe because a table holds a re
 
 Tables are ``functools.lru_cache`` objects (C implementation: the planner does millions of lookups), bounded by
 ``maxsize``, least recently used entry evicted first. Values are shared between callers and must be treated as read
-only. :func:`clear` empties every table (tests call it through ``tests/conftest.py``); :func:`stats` reports hits,
-misses and sizes per table for debugging (``python -c 'import moetune.memo as m; ...; print(m.report())'``).
+only. :func:`clear` empties every table (the one call tests make for a cold evaluation); :func:`stats` /
+:func:`report` give hits, misses and sizes per table for debugging (run a plan, then ``print(moetune.memo.report())``).
 
 Worker processes of the planner are forked: they start with a copy of the parent's tables.
 """
@@ -47,11 +47,8 @@ def memo(maxsize: int) -> Callable[[F], F]:
         raise ValueError(f"memo(maxsize={maxsize!r}): expected a positive int (every memo table is bounded)")
 
     def deco(fn: F) -> F:
-        name = f"{fn.__module__}.{fn.__qualname__}"
-        if name in _TABLES:
-            raise ValueError(f"memo: a table named {name} is already registered")
         table = functools.lru_cache(maxsize=maxsize)(fn)
-        _TABLES[name] = table
+        _TABLES[f"{fn.__module__}.{fn.__qualname__}"] = table  # a redefinition (module reload) replaces its table
         return table  # type: ignore[return-value]
 
     return deco

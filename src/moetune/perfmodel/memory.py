@@ -12,8 +12,8 @@ bytes/param = weight (2, or 1 for FP8 params) + main grad (4, or 2 with BF16 mai
 parameters and EDP / instances for expert parameters with the distributed optimizer, 1 without. Megatron-FSDP
 ``optim_grads_params`` also shards weights and grads. Optimizer CPU offload keeps (1 − f) of the optimizer state.
 
-Fast path: everything per model and layer is cached (functools) on hashable keys; :func:`estimate_memory` builds only
-dataclasses.
+Fast path: everything per model and layer is memoised (:mod:`moetune.memo`) on its hashable arguments;
+:func:`estimate_memory` builds only dataclasses.
 """
 
 from __future__ import annotations
@@ -655,7 +655,9 @@ def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
     a.append(f"activations in {'FP8 (linear inputs) + ' if cfg.fp8 else ''}BF16; "
              f"{'unfused attention keeps a*s^2 softmax per layer' if cfg.unfused_attention else 'flash/fused attention (LSE only)'}")
     if job.model.is_moe:
-        if f.moe_router_force_load_balancing:
+        if f.moe_expert_capacity_factor is not None and f.moe_pad_expert_input_to_capacity:
+            why = f"inputs padded to capacity factor {f.moe_expert_capacity_factor:g}"
+        elif f.moe_router_force_load_balancing:
             why = "force-balanced routing"
         elif f.moe_expert_capacity_factor is not None:
             why = f"capacity factor {f.moe_expert_capacity_factor:g}"

@@ -539,7 +539,8 @@ def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
 
 @memo(maxsize=16384)
 def _stage_kinds(model: ModelArch, split: tuple[tuple[int, ...], ...], mtp: tuple[int, ...], quant_on: bool,
-                 bf16_layers: frozenset[int]) -> tuple[list[tuple[dict, int, float, float]], tuple[tuple[int, bool], ...]]:
+                 bf16_layers: frozenset[int]
+                 ) -> tuple[list[tuple[dict, int, float, float]], tuple[tuple[int, bool], ...]]:
     """Per PP rank: ({LayerType.key: count}, layers, dense params, expert params) before TP/EP sharding and the edge
     (embedding / output) params, plus the (first layer index, quantised) of each layer kind in first-seen order.
     Depends on the layer split only (not on TP, CP, EP or the batch): shared by every layout with that split."""

@@ -1,6 +1,6 @@
 """Base class of the frozen spec models: pydantic models whose hash is computed once.
 
-The perf models memoise per-model and per-layout quantities with ``functools`` caches keyed on these objects;
+The perf models memoise per-model and per-layout quantities in :mod:`moetune.memo` tables keyed on these objects;
 pydantic's default frozen hash re-hashes every field on every lookup (ModelArch has ~70 fields), which dominated
 the planner's inner loop. The cached value lives in the instance ``__dict__`` under a non-field key, which
 pydantic's equality and serialisation ignore.

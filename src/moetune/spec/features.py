@@ -138,8 +138,8 @@ class Features(FrozenSpec):
         "model.moe_flex_dispatcher_backend. Default None (deepep when the dispatcher is flex).")
     moe_flex_dispatcher_num_sms: int | None = Field(
         default=None, description="SMs the flex dispatcher's kernels occupy, a count. --moe-flex-dispatcher-num-sms "
-        "(per backend: --moe-deepep-num-sms, --moe-hybridep-num-sms); Bridge model.moe_flex_dispatcher_num_sms. None -> DeepEP 20, HybridEP 16 "
-        "(efficiency constants deepep_sms / hybridep_sms).")
+        "(per backend: --moe-deepep-num-sms, --moe-hybridep-num-sms); Bridge model.moe_flex_dispatcher_num_sms. "
+        "None -> DeepEP 20, HybridEP 16 (efficiency constants deepep_sms / hybridep_sms).")
     moe_grouped_gemm: bool = Field(
         default=True, description="Run the local experts as one grouped GEMM (TE GroupedLinear). --moe-grouped-gemm; "
         "Bridge model.moe_grouped_gemm. Default True here (Megatron's default is False; every MoE recipe sets it).")
@@ -190,8 +190,8 @@ class Features(FrozenSpec):
         "--overlap-param-gather; Bridge ddp.overlap_param_gather. Default True here (Megatron's default is False; "
         "recipes set it).")
     overlap_p2p_comm: bool = Field(
-        default=True, description="Overlap the pipeline send/recv with compute. On unless --no-overlap-p2p-communication (config "
-        "overlap_p2p_comm); Bridge model.overlap_p2p_comm. Default True.")
+        default=True, description="Overlap the pipeline send/recv with compute. On unless "
+        "--no-overlap-p2p-communication (config overlap_p2p_comm); Bridge model.overlap_p2p_comm. Default True.")
     cp_comm_type: Literal["p2p", "a2a", "allgather", "a2a+p2p"] = Field(
         default="p2p", description="Context-parallel attention communication: ring p2p, all-to-all (Ulysses), "
         "all-gather, or hierarchical a2a+p2p. --cp-comm-type; Bridge model.cp_comm_type. Default p2p.")
