@@ -1,11 +1,21 @@
 """Log-reader speed and memory: MB/s and peak RSS of ``read_run`` + ``summarize_run`` + ``diagnose_run``.
 
-The log is built in a temporary directory (deleted afterwards) by repeating real excerpts from
-``data/logs`` with increasing iteration numbers: Megatron-LM iteration lines (log_iteration_1,
-log_regression_slowdown_1), Bridge terminal-wrapped iteration + memory lines and ``Step Time`` lines
-(log_bridge_iteration_memory_1), ``(min, max) time across ranks`` timer blocks (log_timers_minmax_1), NCCL INFO lines
-and traceback frames of other ranks with ``[rankN]:`` prefixes (log_nccl_timeout_1, log_dispatcher_deepep_traceback_1),
-some with ANSI colour codes. Each size is parsed in a fresh subprocess so that peak RSS is the reader's own.
+Two inputs per size, each built in a temporary directory (deleted afterwards) from real lines of ``data/logs``:
+
+- ``realistic``: what a Megatron-LM run writes. One iteration-line layout (the line of log_iteration_1, with
+  timestamp, lm loss, load-balancing loss, grad norm), its numbers regenerated per iteration in Megatron's print
+  formats (consumed samples, elapsed time, throughput, learning rate, losses and grad norm all vary from line to line;
+  batch size, loss scale and the counters stay constant as in a real run); every 100 iterations the ``(min, max) time
+  across ranks`` timer block (log_timers_minmax_1) and a ``[Rank 0] (after N iterations) memory (MB)`` line
+  (log_iteration_theoretical_memory_1). About 98 % of its lines are iteration lines.
+- ``stress mix``: the worst case kept from before, only ~27 % iteration lines. Real excerpts repeated with increasing
+  iteration numbers: Megatron-LM iteration lines (log_iteration_1, log_regression_slowdown_1), Bridge
+  terminal-wrapped iteration + memory lines and ``Step Time`` lines (log_bridge_iteration_memory_1), ``(min, max) time
+  across ranks`` timer blocks (log_timers_minmax_1), two NCCL INFO lines per iteration and traceback frames of other
+  ranks with ``[rankN]:`` prefixes (log_nccl_timeout_1, log_dispatcher_deepep_traceback_1), half of the NCCL lines
+  with ANSI colour codes. Its values repeat a few dozen templates.
+
+Each log is parsed in a fresh subprocess so that peak RSS is the reader's own.
 
     python bench/logs_speed.py [--sizes 100,512] [--repeat 1] [--keep-dir DIR]
 
@@ -78,6 +88,50 @@ def build_log(path: Path, size_mb: int) -> dict:
     return {"bytes": written, "lines": n_lines, "iterations": it}
 
 
+def build_realistic_log(path: Path, size_mb: int) -> dict:
+    """Write a >= size_mb MB Megatron-LM log (see the module docstring, ``realistic``); returns counts."""
+    import random
+
+    head = _lines("log_iteration_1.txt")[0]
+    keys = [seg.split(":", 1)[0] for seg in head.split("|")[1:-1]]
+    timers = _lines("log_timers_minmax_1.txt")[6:9]
+    memory = next(ln for ln in _lines("log_iteration_theoretical_memory_1.txt") if "(after" in ln)
+    # Megatron training_log print formats, per key of the real line
+    fmt = {" consumed samples": "{:12d}", " elapsed time per iteration (ms)": "{:.1f}",
+           " throughput per GPU (TFLOP/s/GPU)": "{:.1f}", " learning rate": "{:E}", " global batch size": "{:5d}",
+           " lm loss": "{:E}", " load_balancing_loss": "{:E}", " loss scale": "{:.1f}", " grad norm": "{:.3f}",
+           " num zeros": "{:.1f}", " number of skipped iterations": "{:3d}", " number of nan iterations": "{:3d}"}
+    assert list(fmt) == keys, keys
+    rnd = random.Random(0)
+    target = size_mb * 1_000_000
+    written = it = n_lines = 0
+    t = 1712372376  # 2024-04-06 02:59:36 UTC, as the real line
+    import time as _time
+
+    with open(path, "w") as f:
+        while written < target:
+            buf = []
+            for _ in range(1000):
+                it += 1
+                ms = 5400.0 + rnd.gauss(0, 120)
+                t += int(ms // 1000)
+                vals = [it * 128, ms, 239.8 * 5400.0 / ms, min(it, 2000) * 2e-7, 128, 1.8 + rnd.random() * 0.1,
+                        1.02 + rnd.random() * 0.002, 1.0, 1.2 + rnd.random() * 0.4, 0.0, 0, 0]
+                ts = _time.strftime("%Y-%m-%d %H:%M:%S", _time.gmtime(t))
+                fields = "".join(f"|{k}: {fmt[k].format(v)} " for k, v in zip(keys, vals, strict=True))
+                buf.append(f" [{ts}] iteration {it:8d}/ 1000000 {fields}|")
+                if it % 100 == 0:
+                    buf.extend(timers)
+                    buf.append(re.sub(r"\(after \d+ iterations\)", f"(after {it} iterations)", memory))
+            chunk = "\n".join(buf) + "\n"
+            f.write(chunk)
+            written += len(chunk)
+            n_lines += len(buf)
+    return {"bytes": written, "lines": n_lines, "iterations": it}
+
+
+INPUTS = {"realistic": build_realistic_log, "stress mix": build_log}
+
 CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
@@ -119,35 +173,37 @@ def main() -> None:
     rows = []
     load0 = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="moetune_logs_bench_") as tmp:
-        for size in sizes:
-            path = Path(args.keep_dir or tmp) / f"bench_{size}mb.log"
-            info_path = path.with_suffix(".json")
-            if args.keep_dir and path.exists() and info_path.exists():
-                info = json.loads(info_path.read_text())
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                info = build_log(path, size)
-                if args.keep_dir:
-                    info_path.write_text(json.dumps(info))
-            best = None
-            for _ in range(args.repeat):
-                m = measure(path)
-                if best is None or m["read_s"] < best["read_s"]:
-                    best = m
-            rows.append((size, info, best))
-            if not args.keep_dir:
-                os.remove(path)
+        for name, build in INPUTS.items():
+            for size in sizes:
+                stem = "bench" if build is build_log else "bench_" + name.replace(" ", "_")
+                path = Path(args.keep_dir or tmp) / f"{stem}_{size}mb.log"
+                info_path = path.with_suffix(".json")
+                if args.keep_dir and path.exists() and info_path.exists():
+                    info = json.loads(info_path.read_text())
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    info = build(path, size)
+                    if args.keep_dir:
+                        info_path.write_text(json.dumps(info))
+                best = None
+                for _ in range(args.repeat):
+                    m = measure(path)
+                    if best is None or m["read_s"] < best["read_s"]:
+                        best = m
+                rows.append((name, info, best))
+                if not args.keep_dir:
+                    os.remove(path)
     print()
     load = os.getloadavg()
     print(f"machine: {os.cpu_count()} CPUs, load average before {load0[0]:.2f} / {load0[1]:.2f} / {load0[2]:.2f}, "
           f"after {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (shared; wall MB/s scales with the free CPU share, "
           "CPU MB/s = MB over the reader's own CPU time)")
-    print("| log MB | lines | iterations | read s | read CPU s | MB/s wall | MB/s CPU | MB/s wall (read+summary+diagnose) |"
+    print("| input | log MB | lines | iterations | read s | read CPU s | MB/s wall | MB/s CPU | MB/s wall (read+summary+diagnose) |"
           " samples MB | B/iteration | read RSS above import MB | peak RSS after read MB | peak RSS after analysis MB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for _size, info, m in rows:
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, info, m in rows:
         mb = info["bytes"] / 1e6
-        print(f"| {mb:.0f} | {m['lines']:,} | {m['iterations']:,} | {m['read_s']:.1f} | {m['read_cpu_s']:.1f} | "
+        print(f"| {name} | {mb:.0f} | {m['lines']:,} | {m['iterations']:,} | {m['read_s']:.1f} | {m['read_cpu_s']:.1f} | "
               f"{mb / m['read_s']:.1f} | {mb / m['read_cpu_s']:.1f} | {mb / (m['read_s'] + m['analyse_s']):.1f} | "
               f"{m['samples_bytes'] / 1e6:.1f} | {m['samples_bytes'] / max(m['iterations'], 1):.1f} | "
               f"{(m['read_rss_kb'] - m['base_rss_kb']) / 1024:.0f} | {m['read_rss_kb'] / 1024:.0f} | "
@@ -157,9 +213,9 @@ def main() -> None:
           "the reader holds only bounded buffers (4 MiB chunks, 8192-line batches, capped evidence lists) and, while "
           "resolving segments at the end, a few decoded float64 columns (8 B x iterations each); nothing grows with "
           "the text volume. The analysis may import scipy (Mann-Whitney test of a level shift), which adds to the RSS "
-          "after analysis. The bench log repeats a few dozen template lines, so its values repeat more than a real "
-          "log's; only columns that are constant in real logs too (batch size, loss scale, counters) get the "
-          "convert-each-distinct-value-once path.")
+          "after analysis. The stress mix repeats a few dozen template lines, so its values repeat more than a real "
+          "log's; the realistic log regenerates the numbers of every iteration line, and only fields that are "
+          "constant in real logs too (total, batch size, loss scale, counters) are converted once per run.")
 
 
 if __name__ == "__main__":

@@ -157,3 +157,132 @@ def test_a_new_format_is_one_registration(tmp_path):
         assert seen == [fast.lines - 1]
     finally:
         del RECORDS[n_before:]
+
+
+# ------------------------------------------------------------------ runs (BulkIterations.scan_chunk)
+@pytest.fixture
+def small_runs(monkeypatch):
+    """Runs from 2 lines on, layouts learned from the first line, chunks of a few kB: the run path on small logs.
+    Returns the number of runs taken so far (a list, appended per parsed batch)."""
+    from moetune.evidence.logs import fastpath, reader
+
+    monkeypatch.setattr(fastpath, "MIN_RUN", 2)
+    monkeypatch.setattr(fastpath, "LEARN_BYTES", 0)
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 2500)
+    taken = []
+    orig = fastpath.Layout.run_columns
+
+    def counting(self, text, n):
+        cols = orig(self, text, n)
+        if cols is not None:
+            taken.append(n)
+        return cols
+
+    monkeypatch.setattr(fastpath.Layout, "run_columns", counting)
+    return taken
+
+
+def _run_log(rnd: random.Random, n: int) -> list[str]:
+    """A Megatron-LM log: iteration lines of one layout (numbers varying), timer blocks and memory lines between
+    stretches, perturbed lines inside stretches (other keys, text values, trailing blanks, another layout, NaN,
+    a loss-scale change, restarts, a rank prefix, colour codes, a wrapped line)."""
+    head = (LOGS / "log_iteration_1.txt").read_text().splitlines()[0]
+    other = (LOGS / "log_regression_slowdown_1.txt").read_text().splitlines()[0]
+    timers = (LOGS / "log_timers_minmax_1.txt").read_text().splitlines()[6:9]
+    memory = next(ln for ln in (LOGS / "log_iteration_theoretical_memory_1.txt").read_text().splitlines()
+                  if "(after" in ln)
+    out = []
+    it = 0
+    scale = "1.0"
+    for _ in range(n):
+        it += 1 if rnd.random() > 0.01 else -5
+        ln = _ITER.sub(f"iteration {max(it, 1):8d}/", head)
+        ln = ln.replace("5444.9", f"{5000 + rnd.random() * 900:.1f}").replace("1.825991E+00", f"{rnd.random() + 1:E}")
+        ln = ln.replace("loss scale: 1.0", f"loss scale: {scale}")
+        r = rnd.random()
+        if r < 0.02:
+            ln = ln.replace("grad norm", "grad  norm")
+        elif r < 0.04:
+            ln = ln.replace("1.426", "n/a")
+        elif r < 0.05:
+            ln = ln.replace("1.426", "nan")
+        elif r < 0.06:
+            ln += "  "
+        elif r < 0.07:
+            ln = _ITER.sub(f"iteration {max(it, 1):8d}/", other)
+        elif r < 0.08:
+            scale = rnd.choice(("1.0", "2.0", "65536.0"))
+        elif r < 0.09:
+            ln = f"[rank{rnd.randrange(4)}]: {ln}"
+        elif r < 0.10:
+            ln = f"\x1b[32m{ln}\x1b[0m"
+        elif r < 0.11:
+            ln = ln.replace("lm loss", "lm loss2")
+        elif r < 0.12:
+            k = rnd.randrange(60, len(ln) - 10)
+            out.append(ln[:k])
+            ln = ln[k:]
+        elif r < 0.13:
+            ln = ln.replace(" [2024", "  [2024")
+        out.append(ln)
+        if rnd.random() < 0.03:
+            out.extend(timers)
+        if rnd.random() < 0.02:
+            out.append(memory)
+        if rnd.random() < 0.005:
+            out.append("[before the start of training step] datetime: 2024-04-06 03:00:00")
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_runs_give_the_line_path_record(tmp_path, small_runs, seed):
+    rnd = random.Random(seed)
+    p = tmp_path / "runs.log"
+    p.write_text("\n".join(_run_log(rnd, 1500)) + ("\n" if seed % 2 else ""))
+    check_both_paths(p)
+    assert sum(small_runs) > 100  # the run path took part of the log
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_generated_mixes_with_runs(tmp_path, small_runs, seed):
+    rnd = random.Random(seed)
+    p = tmp_path / "mix.log"
+    p.write_text("\n".join(_mix(rnd, 4000)) + "\n")
+    check_both_paths(p)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(POOL), min_size=1, max_size=80), st.integers(0, 2**16), st.booleans())
+def test_property_any_mix_of_real_lines_with_runs(tmp_path, small_runs, picked, seed, final_newline):
+    rnd = random.Random(seed)
+    lines = [_ITER.sub(f"iteration {i + 1:8d}/", ln) if rnd.random() < 0.7 else ln for i, ln in enumerate(picked)]
+    lines = [ln for ln in lines for _ in range(rnd.randint(1, 4))] * rnd.randint(1, 3)  # stretches of one line
+    p = tmp_path / "prop.log"
+    p.write_text("\n".join(lines) + ("\n" if final_newline else ""))
+    check_both_paths(p)
+
+
+def test_realistic_bench_log_takes_runs(tmp_path, monkeypatch):
+    """The bench's realistic input (a few MB): bulk record == line-path record, and most rows came from runs."""
+    import sys
+
+    from moetune.evidence.logs import fastpath
+
+    sys.path.insert(0, str(DATA.parent / "bench"))
+    import logs_speed
+
+    taken = []
+    orig = fastpath.Layout.run_columns
+
+    def counting(self, text, n):
+        cols = orig(self, text, n)
+        if cols is not None:
+            taken.append(n)
+        return cols
+
+    monkeypatch.setattr(fastpath.Layout, "run_columns", counting)
+    p = tmp_path / "realistic.log"
+    logs_speed.build_realistic_log(p, 6)
+    fast = read_text_log(p)
+    assert sum(taken) > 0.9 * len(fast.iterations)
+    assert_same_record(fast, read_text_log(p, bulk=False))

@@ -2,17 +2,26 @@
 
 Megatron formats every field of ``training_log`` with a fixed format string, so consecutive iteration lines of a run
 share their key bytes exactly. Once the general parser (:meth:`.parser.Parser.parse_iteration`) has seen a complete
-line of a layout, :class:`Layout` compiles that exact key sequence to regexes. While no record or block is open,
-later lines carrying the literal ``nan iterations`` (the last key of every Megatron / Bridge iteration line) are
-recognised by that literal on the raw bytes and set aside (:meth:`BulkIterations.scan`), their layout guessed from
-their numbers of ``|`` and ``:``; at the end of a chunk holding :data:`FLUSH_ROWS` or more of them, each layout's
-lines are matched by one regex pass over the joined lines and their numbers converted column by column with numpy.
-NCCL ``Connection closed`` chatter past its evidence cap is only counted.
+line of a layout, :class:`Layout` compiles that exact key sequence to regexes.
+
+Runs (:meth:`BulkIterations.scan_chunk`, the common case): in each chunk of the file, numpy finds the lines; stretches
+of :data:`MIN_RUN` or more consecutive lines that start with a blank and end with ``|`` are joined and matched by one
+``findall`` of the layout's regex (each match is one whole line, so as many matches as lines proves every line is of
+the layout); fields that had one value on every line of an earlier run (total, batch size, loss scale, counters) are
+matched as literals and converted once (:meth:`Layout.learn_constants`); the other captured fields are converted column
+by column. No Python object is made per line.
+
+Line path (:meth:`BulkIterations.scan`): elsewhere, while no record or block is open, lines carrying the literal
+``nan iterations`` (the last key of every Megatron / Bridge iteration line) are set aside, their layout guessed from
+their numbers of ``|`` and ``:``; at the end of a chunk holding :data:`FLUSH_ROWS` or more of them, each layout's lines
+are matched by one regex pass over the joined lines. NCCL ``Connection closed`` chatter past its evidence cap is only
+counted.
 
 Exactness: a bulk row equals what :meth:`~.parser.Parser.parse_iteration` gives for the same line (same columns,
-same ``float`` conversion, same rank bookkeeping); a line the layout regexes do not match goes back to the
-recognisers (:meth:`~.parser.Parser.reparse`). ``tests/test_logs_fastpath.py`` checks it on every log in
-``data/logs``, on long repeats and on generated mixes.
+same ``float`` conversion, same rank bookkeeping); a run that is not exactly of a layout takes the line path in its
+place, and a queued line the layout regexes do not match goes back to the recognisers
+(:meth:`~.parser.Parser.reparse`). ``tests/test_logs_fastpath.py`` checks it on every log in ``data/logs``, on long
+repeats, on generated mixes, on perturbed runs and on the bench's realistic log.
 """
 
 from __future__ import annotations
@@ -45,6 +54,11 @@ from moetune.evidence.logs.values import num
 FLUSH_ROWS = 8192
 #: the literal every complete Megatron / Bridge iteration line carries (its last key)
 COMPLETE_LITERAL = b"nan iterations"
+#: a stretch of at least this many consecutive lines that look like iteration lines of one known layout is parsed as
+#: one run (:meth:`BulkIterations.scan_chunk`); shorter stretches take the line path
+MIN_RUN = 32
+#: bytes at the start of a log that always take the line path (where the general parser learns the layouts)
+LEARN_BYTES = 1 << 16
 _NCCL_INFO = b"NCCL INFO"
 _CLOSED = b"Connection closed by localRank"
 #: columns the bulk path converts; other printed fields (energy, power, params norm, max attention logit …) are
@@ -54,12 +68,25 @@ _BULK_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_nor
 _IDX = IterationTable.INDEX
 
 
+class Const(tuple):
+    """A captured column whose ``k`` values are all one value (``Const.of(value, k)``; converted once)."""
+
+    __slots__ = ()
+
+    @staticmethod
+    def of(value: bytes, k: int) -> Const:
+        return Const((value,) * k)
+
+
 def parse_columns(cols: list[Sequence[bytes]], k: int) -> np.ndarray:
     """float() of every captured value, column by column (``k`` values each); a column whose values repeat (batch
     size, loss scale, skipped/NaN counters) converts each distinct value once. Raises ValueError on an unparsable
     value."""
     out = np.empty((k, len(cols)))
     for j, col in enumerate(cols):
+        if type(col) is Const:
+            out[:, j] = float(col[0])
+            continue
         if len(set(col[::64])) <= 4:
             distinct = set(col)
             if len(distinct) <= 64:
@@ -78,15 +105,22 @@ class Layout:
     cleans them first).
     """
 
-    __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras")
+    __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras", "bkeys",
+                 "ngroups", "const", "rx_const")
 
     def __init__(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         parts, mparts, bparts = [], [], []
+        self.bkeys: list[tuple[bytes, bool, bool]] = []  # per key: escaped, converted, last
+        #: groups of ``rx_bulk`` whose value was the same on every line of the last run (group -> value), and
+        #: ``rx_bulk`` with those values matched literally (see :meth:`learn_constants`)
+        self.const: dict[int, bytes] = {}
+        self.rx_const: re.Pattern[bytes] | None = None
         cols: list[tuple[str, Any]] = []  # per value group: (kind, arg)
         for j, k in enumerate(keys):
             kind, arg = specs[k]
             needed = (kind == "col" and arg[0] in _BULK_COLUMNS) or kind in ("primary", "loss")
             last = j == len(keys) - 1
+            self.bkeys.append((re.escape(k), needed, last))
             parts.append(re.escape(k) + b":" + (rb"([^|\r\x1b]*)" if needed else rb"[^|\r\x1b]*") +
                          (rb"\|?[ \t]*\Z" if last else rb"\|"))
             mparts.append(re.escape(k) + b":" + (rb"([^|\n\r\x1b]*)" if needed else rb"[^|\n\r\x1b]*") +
@@ -104,7 +138,7 @@ class Layout:
         # by "\n" with no CR / ESC in it (a value cannot span lines: each match starts a line, and all must match)
         self.rx_bulk = re.compile(rb"\n (?:\[[^\]\n|\r\x1b]*\] )?iteration[ \t]+(\d+)[ \t]*/[ \t]*(\d+)[ \t]*\|" +
                                   b"".join(bparts), re.M)
-        nan_group = len(cols) + 2  # groups: iteration, total, then the needed fields; the NaN column is appended
+        nan_group = self.ngroups = len(cols) + 2  # groups: iteration, total, then the needed fields; NaN column appended
         perm = [nan_group] * IterationTable.NCOL
         perm[C_ITER], perm[C_TOTAL] = 0, 1
         self.scale, self.gn_idx = 1.0, -1
@@ -126,6 +160,50 @@ class Layout:
         self.perm = np.array(perm, dtype=np.int64)
 
 
+    def learn_constants(self, cols: list[Sequence[bytes]]) -> None:
+        """Remember which groups had one value on every line of a run (the train-iterations total, batch size, loss
+        scale, the counters) and compile ``rx_const``: ``rx_bulk`` with those values as literals, so that later runs
+        capture (and convert) only what changes. A line ``rx_const`` matches is matched by ``rx_bulk`` with the same
+        values (a value is the text between ``key:`` and the next ``|``; on the last field, surrounding blanks may
+        differ, which ``float`` ignores)."""
+        const = {g: col[0] for g, col in enumerate(cols) if g and col.count(col[0]) == len(col)}
+        if const == self.const:
+            return
+        self.const = const
+        if not const:
+            self.rx_const = None
+            return
+        total = re.escape(const[1]) if 1 in const else rb"(\d+)"
+        g = 2
+        parts = []
+        for k, needed, last in self.bkeys:
+            if needed:
+                v = re.escape(const[g]) if g in const else rb"([^|]*)"
+                g += 1
+            else:
+                v = rb"[^|]*"
+            parts.append(k + b":" + v + (rb"\|?[ \t]*$" if last else rb"\|"))
+        self.rx_const = re.compile(rb"\n (?:\[[^\]\n|\r\x1b]*\] )?iteration[ \t]+(\d+)[ \t]*/[ \t]*" + total +
+                                   rb"[ \t]*\|" + b"".join(parts), re.M)
+
+    def run_columns(self, text: bytes, n: int) -> list[Sequence[bytes]] | None:
+        """The groups of ``rx_bulk`` (iteration, total, then each converted key) column by column, for ``text``: ``n``
+        lines each after a ``\\n``, none with CR or ESC; None unless every line is a complete line of this layout
+        (each match starts at a line's ``\\n`` and ends at its end, so ``n`` matches cover all lines)."""
+        if self.rx_const is not None:
+            groups = self.rx_const.findall(text)
+            if len(groups) == n:
+                it = iter([groups] if self.ngroups - len(self.const) == 1 else zip(*groups, strict=True))
+                return [Const.of(self.const[g], n) if g in self.const else next(it) for g in range(self.ngroups)]
+        groups = self.rx_bulk.findall(text)
+        if len(groups) != n:
+            return None
+        cols = list(zip(*groups, strict=True))
+        if n >= MIN_RUN:
+            self.learn_constants(cols)
+        return cols
+
+
 class BulkIterations:
     """Complete iteration lines of known layouts, queued in line order and parsed in batches."""
 
@@ -134,6 +212,9 @@ class BulkIterations:
         self.layouts: list[Layout] = []
         #: (count of "|", count of ":") -> layout: a guess, verified when the batch is parsed
         self.hints: dict[tuple[int, int], Layout] = {}
+        #: runs parsed by scan_chunk, not yet appended (rows, extras), and their row count
+        self.blocks: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+        self.block_rows = 0
         self.q_raw: list[bytes] = []
         self.q_lines: list[int] = []
         self.q_layout: list[Layout] = []
@@ -150,6 +231,129 @@ class BulkIterations:
     def add_layout(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         if any(COMPLETE_LITERAL in k for k in keys):  # only lines that carry the literal are ever queued
             self.layouts.append(Layout(keys, specs))
+
+    def scan_chunk(self, buf: bytes, first: int, end: int | None = None) -> int:
+        """Process ``buf[:end]``, whole lines each ending with ``\\n`` (numbered from ``first``); returns their number.
+
+        The lines are never all split into Python objects. numpy finds the newlines; a stretch of at least
+        :data:`MIN_RUN` consecutive lines that start with a blank and end with ``|`` (as a complete Megatron / Bridge
+        iteration line does) is a candidate run. The chunk's candidate runs are checked and converted together by
+        :meth:`_parse_runs` (one regex pass over their joined text; when they are not all exactly of one known layout,
+        each run is tried alone, and a run that is not takes the line path). Then, in line order, the other lines go
+        through :meth:`scan` (the line path) and each run is taken while no record or block is open (when one is, the
+        run's first line takes the line path and closes it, as it would there).
+        """
+        end = len(buf) if end is None else end
+        if not self.layouts and first == 1 and end > LEARN_BYTES:  # learn the layouts on the first lines
+            cut = buf.find(b"\n", LEARN_BYTES, end) + 1
+            n = self._lines(buf[:cut], first)
+            return n + self.scan_chunk(buf[cut:end], first + n)
+        if not self.layouts or end < 64 * MIN_RUN:
+            return self._lines(buf[:end], first)
+        a = np.frombuffer(buf, dtype=np.uint8, count=end)
+        nl = np.flatnonzero(a == 10)
+        k = len(nl)
+        starts = np.empty(k, dtype=np.int64)
+        starts[0] = 0
+        starts[1:] = nl[:-1] + 1
+        cand = (a[starts] == 32) & (a[nl - 1] == 124)  # starts with a blank, ends with "|"
+        change = np.flatnonzero(cand[1:] != cand[:-1]) + 1
+        rs = np.concatenate(([0], change))
+        rend = np.concatenate((change, [k]))
+        sel = np.flatnonzero(cand[rs] & (rend - rs >= MIN_RUN))
+        if not len(sel):
+            return self._lines(buf[:end], first)
+        runs = list(zip(rs[sel].tolist(), rend[sel].tolist(), strict=True))
+        sb, nb = starts.tolist(), nl.tolist()
+        # each run's text: its lines, each after a "\n"
+        texts = [buf[sb[lo] - 1:nb[hi - 1]] if lo else b"\n" + buf[:nb[hi - 1]] for lo, hi in runs]
+        # per run: (batch, offset of its first row in the batch) or None (the line path)
+        where: list[tuple[int, int] | None] = [None] * len(runs)
+        batches: list[tuple[Layout, list, list[tuple[int, int]], list[tuple[int, int]]]] = []
+        got = self._parse_runs(texts, [hi - lo for lo, hi in runs])
+        if got is not None:
+            off = 0
+            for i, (lo, hi) in enumerate(runs):
+                where[i] = (0, off)
+                off += hi - lo
+            batches.append((*got, [], []))
+        elif len(runs) > 1:  # not all of one layout: each run alone
+            for i, (lo, hi) in enumerate(runs):
+                one = self._parse_runs([texts[i]], [hi - lo])
+                if one is not None:
+                    where[i] = (len(batches), 0)
+                    batches.append((*one, [], []))
+        del texts
+        parser = self.parser
+        ring = parser.ring
+        pos = 0
+        for (lo, hi), w in zip(runs, where, strict=True):
+            if lo > pos:
+                self._lines(buf[sb[pos]:nb[lo - 1] + 1], first + pos)
+            pos = hi
+            if w is None:
+                self._lines(buf[sb[lo]:nb[hi - 1] + 1], first + lo)
+                continue
+            bi, off = w
+            if not parser.clean:  # the first line closes what is open (as on the line path); the rest is clean
+                self._lines(buf[sb[lo]:nb[lo] + 1], first + lo)
+                lo += 1
+                off += 1
+                if not parser.clean:
+                    if hi > lo:
+                        self._lines(buf[sb[lo]:nb[hi - 1] + 1], first + lo)
+                    continue
+            n = hi - lo
+            if not n:
+                continue
+            batches[bi][2].append((first + lo, first + hi))
+            batches[bi][3].append((off, off + n))
+            parser.rows_seen += n
+            parser.rec.recognised_lines += n
+            parser.sources.add("megatron")
+            last = max(lo, hi - RING_MASK - 1)
+            for ln, line in enumerate(buf[sb[last]:nb[hi - 1]].split(b"\n"), first + last):
+                ring[ln & RING_MASK] = line
+        if pos < k:
+            self._lines(buf[sb[pos]:end], first + pos)
+        for lay, cols, line_ranges, kept in batches:
+            if not kept:
+                continue
+            lines = np.concatenate([np.arange(x, y, dtype=np.float64) for x, y in line_ranges])
+            block, extras = self._block(lay, cols, lines if len(lines) == len(cols[0]) else np.zeros(len(cols[0])))
+            if len(lines) < len(block):
+                ix = np.concatenate([np.arange(x, y) for x, y in kept])
+                block = block[ix]
+                block[:, C_LINE] = lines
+                extras = {name: v[ix] for name, v in extras.items()}
+            self.blocks.append((block, extras))
+            self.block_rows += len(block)
+        if self.block_rows >= FLUSH_ROWS:
+            self.flush()
+        return k
+
+    def _lines(self, text: bytes, first: int) -> int:
+        """The line path for ``text`` (whole lines, each ending with ``\\n``); returns the number of lines."""
+        lines = text.split(b"\n")
+        lines.pop()
+        self.scan(lines, first)
+        return len(lines)
+
+    def _parse_runs(self, texts: list[bytes], sizes: list[int]) -> tuple[Layout, list] | None:
+        """The first known layout all the runs (``texts``: each line after a ``\\n``) are exactly of (the last one
+        that matched is tried first), and their captured columns (:meth:`Layout.run_columns`); None when there is
+        none."""
+        text = b"".join(texts) if len(texts) > 1 else texts[0]
+        if b"\r" in text or b"\x1b" in text:
+            return None
+        n = sum(sizes)
+        for i, lay in enumerate(self.layouts):
+            cols = lay.run_columns(text, n)
+            if cols is not None:
+                if i:
+                    self.layouts.insert(0, self.layouts.pop(i))
+                return lay, cols
+        return None
 
     def add_row(self, values: list[float], extra: dict[str, float] | None) -> None:
         """A row from the general parser (see :meth:`.parser.Parser.parse_iteration`)."""
@@ -246,7 +450,7 @@ class BulkIterations:
     def flush(self) -> None:
         """Parse the queued lines, grouped by layout, and append them with the general parser's rows as one block in
         line order (lines that go back to the recognisers may add rows meanwhile: those follow)."""
-        while self.q_raw or self.rows:
+        while self.q_raw or self.rows or self.blocks:
             self._flush_once()
 
     def _flush_once(self) -> None:
@@ -255,6 +459,8 @@ class BulkIterations:
         self.q_raw, self.q_lines, self.q_layout = [], [], []
         self.rows, self.row_extras = [], []
         parts = [self._general_rows(rows, row_extras)] if rows else []
+        parts.extend(self.blocks)
+        self.blocks, self.block_rows = [], 0
         if raw:
             self.parser.sources.add("megatron")
             parts.extend(self._parse_queue(raw, lines, layouts))
@@ -333,9 +539,13 @@ class BulkIterations:
             lines = ok_lines
         if not groups:
             return None
-        cols = list(zip(*groups, strict=True))
+        self.parser.rec.recognised_lines += len(lines)
+        return self._block(lay, list(zip(*groups, strict=True)), lines)
+
+    @staticmethod
+    def _block(lay: Layout, cols: list[Sequence[bytes]], lines: Any) -> tuple[np.ndarray, dict]:
+        """Rows of ``lay`` from its captured values, column by column (iteration, total, then each converted key)."""
         k = len(lines)
-        self.parser.rec.recognised_lines += k
         try:
             arr = parse_columns(cols, k)
         except ValueError:  # a value with blanks inside or an unparsable value: convert one by one

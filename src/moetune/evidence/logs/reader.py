@@ -1,11 +1,14 @@
 """Streaming reader for Megatron-LM / Megatron-Bridge / NeMo-Lightning training logs.
 
-One pass over the file in binary mode (4 MiB chunks split into lines in C), in memory bounded by the number of
-*iterations* (packed numeric columns, ~24 bytes per logged iteration, see :mod:`.columns`) and small capped lists of
-evidence lines, never by the size of the text. Lines go to :class:`.parser.Parser`, which offers each to the
-recognisers of :mod:`.recognisers` (literal triggers first; only candidate lines reach a regex, and only lines kept
-as evidence are decoded). Two kinds of line skip it while no record or block is open: complete iteration lines of a
-layout seen before (queued for :mod:`.fastpath`, parsed in batches) and NCCL ``Connection closed`` chatter past its
+One pass over the file in binary mode (4 MiB chunks), in memory bounded by the number of *iterations* (packed numeric
+columns, ~24 bytes per logged iteration, see :mod:`.columns`) and small capped lists of evidence lines, never by the
+size of the text. Each chunk goes to :meth:`.fastpath.BulkIterations.scan_chunk`: stretches of complete iteration
+lines of a layout seen before (the bulk of a training log) are recognised on the raw bytes (numpy finds the lines, one
+regex pass per chunk checks and captures their fields) and converted column by column, without a Python object per
+line; the other lines go to :class:`.parser.Parser`, which offers each to the recognisers of :mod:`.recognisers`
+(literal triggers first; only candidate lines reach a regex, and only lines kept as evidence are decoded). On that
+line path, two kinds of line also skip the recognisers while no record or block is open: complete iteration lines of
+a known layout (queued for :mod:`.fastpath`, parsed in batches) and NCCL ``Connection closed`` chatter past its
 evidence cap (only counted).
 
 Handled: iteration lines with every field (BPN §3 order; Megatron-DeepSpeed/LLM forks' extra fields are ignored),
@@ -27,7 +30,7 @@ from moetune.evidence.logs.fastpath import BulkIterations
 from moetune.evidence.logs.model import RunRecord
 from moetune.evidence.logs.parser import Parser
 
-#: bytes read per chunk (lines are split from chunks in C)
+#: bytes read per chunk
 CHUNK_BYTES = 1 << 22
 
 
@@ -69,9 +72,19 @@ def read_text_log(path: Path, *, bulk: bool = True) -> RunRecord:
             f.seek(0)
             while chunk := f.read(CHUNK_BYTES):
                 nbytes += len(chunk)
-                lines = (tail + chunk if tail else chunk).split(b"\n")
-                tail = lines.pop()
-                n = _scan(parser, queue, lines, n)
+                if queue is None:
+                    lines = (tail + chunk if tail else chunk).split(b"\n")
+                    tail = lines.pop()
+                    feed = parser.feed
+                    for line_no, line in enumerate(lines, n + 1):
+                        feed(line_no, line)
+                    n += len(lines)
+                else:
+                    buf = tail + chunk if tail else chunk
+                    cut = buf.rfind(b"\n") + 1
+                    tail = buf[cut:]
+                    if cut:
+                        n += queue.scan_chunk(buf, n + 1, cut)
             if tail:
                 n += 1
                 parser.feed(n, tail)
@@ -83,15 +96,3 @@ def read_text_log(path: Path, *, bulk: bool = True) -> RunRecord:
     rec.bytes = nbytes
     rec.truncated_last_line = bool(tail)
     return rec
-
-
-def _scan(parser: Parser, queue: BulkIterations | None, lines: list[bytes], last: int) -> int:
-    """Feed ``lines`` (numbered from ``last + 1``) line by line, or through the bulk path; returns the new last line
-    number."""
-    if queue is None:
-        feed = parser.feed
-        for n, line in enumerate(lines, last + 1):
-            feed(n, line)
-    else:
-        queue.scan(lines, last + 1)
-    return last + len(lines)
