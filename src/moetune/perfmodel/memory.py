@@ -136,7 +136,7 @@ def shard_sizes(job: Job) -> tuple[int, int]:
 
 @memo(maxsize=4096)
 def _params_of_type(model: ModelArch, mixer: str, mlp: str) -> LayerParams:
-    """Parameters of a decoder layer with this (mixer, mlp) type (from helper A's :func:`layer_params`)."""
+    """Parameters of a decoder layer with this (mixer, mlp) type (:func:`moetune.perfmodel.params.layer_params`)."""
     for i, (a, b) in enumerate(zip(model.mixer_pattern, model.mlp_pattern, strict=True)):
         if a == mixer and b == mlp:
             return layer_params(model, i)
