@@ -23,9 +23,12 @@ try:
 
     _USAGE_ERRORS: tuple[type[BaseException], ...] = (click.exceptions.UsageError, _tclick.exceptions.UsageError)
     _CLICK_ERRORS: tuple[type[BaseException], ...] = (click.ClickException, _tclick.exceptions.ClickException)
+    _NO_ARGS_HELP: tuple[type[BaseException], ...] = (click.exceptions.NoArgsIsHelpError,
+                                                      _tclick.exceptions.NoArgsIsHelpError)
 except ImportError:  # pragma: no cover - older typer uses the click package itself
     _USAGE_ERRORS = (click.exceptions.UsageError,)
     _CLICK_ERRORS = (click.ClickException,)
+    _NO_ARGS_HELP = (click.exceptions.NoArgsIsHelpError,)
 _ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort))
 #: the exceptions click and typer raise for a normal exit with a code (``typer.Exit``, ``--help``)
 EXIT_EXCEPTIONS = (click.exceptions.Exit, getattr(typer, "Exit", click.exceptions.Exit))
@@ -132,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
         with progress_on_stderr("moetune"):  # long work (the planner's search) shows a bar on a terminal's stderr
             rv = app(args=argv, standalone_mode=False)
     except EXIT_EXCEPTIONS as exc:
+        sys.exit(exc.exit_code)
+    except _NO_ARGS_HELP as exc:  # a group called without a command: typer has already printed its help
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
