@@ -209,3 +209,14 @@ def test_functional_test_goldens_iteration_time(case, wall, tol):
     measured = _golden_iteration_time(case)
     assert est.dominant_wall == wall
     assert abs(est.step_time_s / measured - 1) < tol, (est.step_time_s, measured)
+
+
+def test_every_precision_label_offered_parses():
+    """The labels the precision error offers are all accepted (FP8-DS was offered but refused)."""
+    from moetune.spec.features import BRIDGE_MIXED_PRECISION, PRECISION_LABELS, parse_precision
+
+    for label in PRECISION_LABELS:
+        assert parse_precision(label) in BRIDGE_MIXED_PRECISION
+    assert parse_precision("FP8-DS") == "fp8_delayed"
+    for name in BRIDGE_MIXED_PRECISION.values():
+        assert BRIDGE_MIXED_PRECISION[parse_precision(name)] == name

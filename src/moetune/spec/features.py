@@ -26,7 +26,7 @@ PRECISION_ALIASES: dict[str, str] = {
     "fp16": "fp16", "fp16_mixed": "fp16",
     "fp8": "fp8_cs", "fp8_cs": "fp8_cs", "fp8_tensorwise": "fp8_cs", "tensorwise": "fp8_cs",
     "bf16_with_fp8_current_scaling_mixed": "fp8_cs", "fp8_current_scaling": "fp8_cs",
-    "fp8_delayed": "fp8_delayed", "delayed": "fp8_delayed", "bf16_with_fp8_delayed_scaling_mixed": "fp8_delayed",
+    "fp8_delayed": "fp8_delayed", "fp8_ds": "fp8_delayed", "delayed": "fp8_delayed", "bf16_with_fp8_delayed_scaling_mixed": "fp8_delayed",
     "fp8_sc": "fp8_blockwise", "fp8_blockwise": "fp8_blockwise", "blockwise": "fp8_blockwise",
     "fp8_block": "fp8_blockwise", "bf16_with_fp8_subchannel_scaling_mixed": "fp8_blockwise",
     "fp8_mx": "mxfp8", "mxfp8": "mxfp8", "bf16_with_mxfp8_mixed": "mxfp8",
@@ -45,12 +45,16 @@ BRIDGE_MIXED_PRECISION: dict[str, str] = {
 }
 
 
+#: the labels an error message offers (the Bridge performance tables' spellings); each one parses
+PRECISION_LABELS = ("BF16", "FP16", "FP8", "FP8-CS", "FP8-DS", "FP8-SC", "FP8-MX", "MXFP8", "NVFP4")
+
+
 def parse_precision(label: str) -> str:
     """Canonical precision for a label such as 'BF16', 'FP8-CS', 'FP8-MX', 'MXFP8', 'NVFP4', 'bf16_mixed'."""
     key = label.strip().lower().replace("-", "_").replace(" ", "_")
     if key not in PRECISION_ALIASES:
-        raise InputError.bad_value("precision", label, "one of BF16, FP16, FP8, FP8-CS, FP8-DS, FP8-SC, FP8-MX, "
-                                   "MXFP8, NVFP4 (or a Bridge mixed_precision recipe name)")
+        raise InputError.bad_value("precision", label, f"one of {', '.join(PRECISION_LABELS)} "
+                                   "(or a Bridge mixed_precision recipe name)")
     return PRECISION_ALIASES[key]
 
 
