@@ -142,3 +142,26 @@ def test_memory_static_part_is_shared_by_the_recompute_ladder_only():
     assert key == M.static_features(Features())
     assert M.static_features(Features(precision="fp8_cs")) != key
     assert M.static_features(pickle.loads(pickle.dumps(f))) == key
+
+
+def test_collector_paused_restores_state_even_on_error():
+    """The search pauses the cyclic GC and always restores the caller's setting."""
+    import gc
+
+    import pytest
+
+    from moetune.plan.search import collector_paused
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError):
+        with collector_paused():
+            assert not gc.isenabled()
+            raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # a caller that had it off keeps it off
+    finally:
+        gc.enable()
