@@ -80,12 +80,15 @@ class Const(tuple):
 
 def parse_columns(cols: list[Sequence[bytes]], k: int) -> np.ndarray:
     """float() of every captured value, column by column (``k`` values each); a column whose values repeat (batch
-    size, loss scale, skipped/NaN counters) converts each distinct value once. Raises ValueError on an unparsable
-    value."""
+    size, loss scale, skipped/NaN counters) converts each distinct value once; a :class:`Const` column is converted
+    once and a float64 array is taken as it is. Raises ValueError on an unparsable value."""
     out = np.empty((k, len(cols)))
     for j, col in enumerate(cols):
         if type(col) is Const:
             out[:, j] = float(col[0])
+            continue
+        if type(col) is np.ndarray:  # converted already
+            out[:, j] = col
             continue
         if len(set(col[::64])) <= 4:
             distinct = set(col)
@@ -193,7 +196,11 @@ class Layout:
         if self.rx_const is not None:
             groups = self.rx_const.findall(text)
             if len(groups) == n:
-                it = iter([groups] if self.ngroups - len(self.const) == 1 else zip(*groups, strict=True))
+                try:  # float() of every captured value, in C (numpy calls float on each bytes object)
+                    mat = np.array(groups, dtype=np.float64).reshape(n, -1)
+                    it = iter(mat.T)
+                except ValueError:  # an unparsable value: column by column (parse_columns, then num)
+                    it = iter([groups] if self.ngroups - len(self.const) == 1 else zip(*groups, strict=True))
                 return [Const.of(self.const[g], n) if g in self.const else next(it) for g in range(self.ngroups)]
         groups = self.rx_bulk.findall(text)
         if len(groups) != n:
@@ -264,7 +271,7 @@ class BulkIterations:
         if not len(sel):
             return self._lines(buf[:end], first)
         runs = list(zip(rs[sel].tolist(), rend[sel].tolist(), strict=True))
-        sb, nb = starts.tolist(), nl.tolist()
+        sb, nb = starts, nl  # indexed per run only
         # each run's text: its lines, each after a "\n"
         texts = [buf[sb[lo] - 1:nb[hi - 1]] if lo else b"\n" + buf[:nb[hi - 1]] for lo, hi in runs]
         # per run: (batch, offset of its first row in the batch) or None (the line path)
