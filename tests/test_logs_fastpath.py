@@ -286,3 +286,13 @@ def test_realistic_bench_log_takes_runs(tmp_path, monkeypatch):
     fast = read_text_log(p)
     assert sum(taken) > 0.9 * len(fast.iterations)
     assert_same_record(fast, read_text_log(p, bulk=False))
+
+
+def test_lines_longer_than_a_chunk(tmp_path, small_runs, monkeypatch):
+    """Chunks shorter than a line: lines spanning several chunks are put together before the run scan."""
+    from moetune.evidence.logs import reader
+
+    monkeypatch.setattr(reader, "CHUNK_BYTES", 97)
+    p = tmp_path / "runs.log"
+    p.write_text("\n".join(_run_log(random.Random(11), 300)) + "\n")
+    check_both_paths(p)

@@ -239,8 +239,9 @@ class BulkIterations:
         if any(COMPLETE_LITERAL in k for k in keys):  # only lines that carry the literal are ever queued
             self.layouts.append(Layout(keys, specs))
 
-    def scan_chunk(self, buf: bytes, first: int, end: int | None = None) -> int:
-        """Process ``buf[:end]``, whole lines each ending with ``\\n`` (numbered from ``first``); returns their number.
+    def scan_chunk(self, buf: bytes, first: int, end: int | None = None, start: int = 0) -> int:
+        """Process ``buf[start:end]``, whole lines each ending with ``\\n`` (numbered from ``first``; ``start`` is 0 or
+        follows a ``\\n``); returns their number.
 
         The lines are never all split into Python objects. numpy finds the newlines; a stretch of at least
         :data:`MIN_RUN` consecutive lines that start with a blank and end with ``|`` (as a complete Megatron / Bridge
@@ -251,17 +252,17 @@ class BulkIterations:
         run's first line takes the line path and closes it, as it would there).
         """
         end = len(buf) if end is None else end
-        if not self.layouts and first == 1 and end > LEARN_BYTES:  # learn the layouts on the first lines
-            cut = buf.find(b"\n", LEARN_BYTES, end) + 1
-            n = self._lines(buf[:cut], first)
-            return n + self.scan_chunk(buf[cut:end], first + n)
-        if not self.layouts or end < 64 * MIN_RUN:
-            return self._lines(buf[:end], first)
+        if not self.layouts and first == 1 and end - start > LEARN_BYTES:  # learn the layouts on the first lines
+            cut = buf.find(b"\n", start + LEARN_BYTES, end) + 1
+            n = self._lines(buf[start:cut], first)
+            return n + self.scan_chunk(buf, first + n, end, cut)
+        if not self.layouts or end - start < 64 * MIN_RUN:
+            return self._lines(buf[start:end], first)
         a = np.frombuffer(buf, dtype=np.uint8, count=end)
-        nl = np.flatnonzero(a == 10)
+        nl = np.flatnonzero(a[start:] == 10) + start
         k = len(nl)
         starts = np.empty(k, dtype=np.int64)
-        starts[0] = 0
+        starts[0] = start
         starts[1:] = nl[:-1] + 1
         cand = (a[starts] == 32) & (a[nl - 1] == 124)  # starts with a blank, ends with "|"
         change = np.flatnonzero(cand[1:] != cand[:-1]) + 1
@@ -269,11 +270,11 @@ class BulkIterations:
         rend = np.concatenate((change, [k]))
         sel = np.flatnonzero(cand[rs] & (rend - rs >= MIN_RUN))
         if not len(sel):
-            return self._lines(buf[:end], first)
+            return self._lines(buf[start:end], first)
         runs = list(zip(rs[sel].tolist(), rend[sel].tolist(), strict=True))
         sb, nb = starts, nl  # indexed per run only
         # each run's text: its lines, each after a "\n"
-        texts = [buf[sb[lo] - 1:nb[hi - 1]] if lo else b"\n" + buf[:nb[hi - 1]] for lo, hi in runs]
+        texts = [buf[sb[lo] - 1:nb[hi - 1]] if sb[lo] else b"\n" + buf[:nb[hi - 1]] for lo, hi in runs]
         # per run: (batch, offset of its first row in the batch) or None (the line path)
         where: list[tuple[int, int] | None] = [None] * len(runs)
         batches: list[tuple[Layout, list, list[tuple[int, int]], list[tuple[int, int]]]] = []

@@ -79,12 +79,17 @@ def read_text_log(path: Path, *, bulk: bool = True) -> RunRecord:
                     for line_no, line in enumerate(lines, n + 1):
                         feed(line_no, line)
                     n += len(lines)
-                else:
-                    buf = tail + chunk if tail else chunk
-                    cut = buf.rfind(b"\n") + 1
-                    tail = buf[cut:]
-                    if cut:
-                        n += queue.scan_chunk(buf, n + 1, cut)
+                else:  # the line that spans two chunks on its own (the chunk itself is not copied)
+                    cut = chunk.rfind(b"\n") + 1
+                    if not cut:
+                        tail += chunk
+                        continue
+                    start = 0
+                    if tail:
+                        start = chunk.find(b"\n") + 1
+                        n += queue.scan_chunk(tail + chunk[:start], n + 1)
+                    n += queue.scan_chunk(chunk, n + 1, cut, start)
+                    tail = chunk[cut:]
             if tail:
                 n += 1
                 parser.feed(n, tail)
