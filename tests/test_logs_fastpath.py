@@ -169,6 +169,13 @@ def small_runs(monkeypatch):
     monkeypatch.setattr(fastpath, "MIN_RUN", 2)
     monkeypatch.setattr(fastpath, "LEARN_BYTES", 0)
     monkeypatch.setattr(reader, "CHUNK_BYTES", 2500)
+    return count_runs(monkeypatch)
+
+
+def count_runs(monkeypatch) -> list[int]:
+    """Record the line count of every run the bulk path parses (a list the test reads afterwards)."""
+    from moetune.evidence.logs import fastpath
+
     taken = []
     orig = fastpath.Layout.run_columns
 
@@ -266,21 +273,11 @@ def test_realistic_bench_log_takes_runs(tmp_path, monkeypatch):
     """The bench's realistic input (a few MB): bulk record == line-path record, and most rows came from runs."""
     import sys
 
-    from moetune.evidence.logs import fastpath
 
     sys.path.insert(0, str(DATA.parent / "bench"))
     import logs_speed
 
-    taken = []
-    orig = fastpath.Layout.run_columns
-
-    def counting(self, text, n):
-        cols = orig(self, text, n)
-        if cols is not None:
-            taken.append(n)
-        return cols
-
-    monkeypatch.setattr(fastpath.Layout, "run_columns", counting)
+    taken = count_runs(monkeypatch)
     p = tmp_path / "realistic.log"
     logs_speed.build_realistic_log(p, 6)
     fast = read_text_log(p)
