@@ -292,17 +292,24 @@ def routing_factor(job: Job) -> float:
 
 
 def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
-    f, lay = job.features, job.layout
+    """The :class:`ActConfig` of the job (:func:`_job_act_config`: it reads only the features, the layout, the
+    sequence length and the micro-batch size)."""
+    return _job_act_config(job.features, job.layout, job.seq_length, job.micro_batch_size, recompute)
+
+
+@memo(maxsize=65536)
+def _job_act_config(f: Features, lay: Layout, seq_length: int, micro_batch_size: int,
+                    recompute: frozenset[str] | None) -> act.ActConfig:
     unfused = f.attention_backend in ("unfused", "local") or f.transformer_impl == "local"
     rec = frozenset(f.recompute_modules) if f.recompute_granularity == "selective" else frozenset()
     if f.recompute_granularity == "selective" and not f.recompute_modules:
         rec = frozenset({"core_attn"})  # MCore default module list
     off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
     return _act_config(
-        seq=job.seq_length, mbs=job.micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
+        seq=seq_length, mbs=micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
         sp=bool(f.sequence_parallel and lay.tp > 1), fp8=f.precision in FP8_PRECISIONS,
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
-        routing_factor=routing_factor(job), recompute=rec if recompute is None else recompute, offload=off,
+        routing_factor=expert_load(f), recompute=rec if recompute is None else recompute, offload=off,
         ep=lay.ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
     )
@@ -404,7 +411,10 @@ def _activation_row(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, sigs:
         s, g, t, r = _chunk_activation_of(m, fkey, cfg, sig, vocab_padded)
         saved.append(s - g)
         graphed.append(g)
-        trans, resident = max(trans, t), max(resident, r)
+        if t > trans:  # max(trans, t), max(resident, r) without the calls (the same first-maximum rule)
+            trans = t
+        if r > resident:
+            resident = r
     return (tuple(saved), np.asarray(saved), np.asarray(graphed) if any(graphed) else None, trans, resident)
 
 
@@ -444,12 +454,15 @@ def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, 
                 act.layer_offloaded_bytes(m, mx, ml, cfg))
         b, g, t, o = vals
         if cpu_n and idx < cpu_n and idx < len(keep) - 1:
-            offl = max(offl, b)
+            if b > offl:
+                offl = b
         else:
             saved += b
             graphed += g
-        transient = max(transient, t)
-        offl = max(offl, o)
+        if t > transient:  # max(transient, t), max(offl, o) without the calls (the same first-maximum rule)
+            transient = t
+        if o > offl:
+            offl = o
     if mtp_count:
         saved += mtp_count * act.mtp_extra_bytes(m, cfg, vocab_padded)
     if has_embedding:
@@ -584,7 +597,7 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
         chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank],
                                                                                       vocab_padded)
         totals = states @ saved_arr
-        i_best = int(np.argmax(totals))  # first maximum, in the sorted order of inflight_states
+        i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
         best, best_state = float(totals[i_best]), inflight[i_best]
         best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
         working = chunk_trans + resident

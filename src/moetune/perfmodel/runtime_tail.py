@@ -15,6 +15,7 @@ Constants come from ``catalog/memory.yaml`` with their sources.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moetune.catalog.memory_constants import const
@@ -90,37 +91,44 @@ def tail_builder(job: Job):
     if f.cuda_graph_impl != "none" and "full_iteration" in f.cuda_graph_scope:
         pool_factor = const("cuda_graph_full_iteration_factor") - 1.0
     frac = const("fragmentation_fraction")["expandable_segments" if f.expandable_segments else "default"]
-    frag_text = (f"allocator fragmentation {frac:.0%} of the allocated peak "
-                 f"({'with' if f.expandable_segments else 'without'} expandable_segments)")
-    after: list[TailItem] = []
+
+    # assumption texts are formatted only when the items are built (the memory fit test reads the totals only)
+    def frag_text() -> str:
+        return (f"allocator fragmentation {frac:.0%} of the allocated peak "
+                f"({'with' if f.expandable_segments else 'without'} expandable_segments)")
+
+    after: list[tuple[str, float, str, Callable[[], str]]] = []  # (name, GiB, kind, assumption text function)
     ctx = const("cuda_context_gib")
     if ctx > 0:
-        after.append(TailItem("cuda_context", ctx, "non_torch", "CUDA context + kernel images (not in torch stats)"))
+        after.append(("cuda_context", ctx, "non_torch", lambda: "CUDA context + kernel images (not in torch stats)"))
     comms = communicators(job)
     nccl = len(comms) * const("nccl_mib_per_communicator") * MIB / GIB
     if nccl > 0:
-        after.append(TailItem(
+        after.append((
             "nccl_buffers", nccl, "non_torch",
-            f"NCCL buffers for {len(comms)} communicators ({', '.join(f'{k}={v}' for k, v in comms.items())}), "
-            f"{const('nccl_mib_per_communicator')} MiB each"))
+            lambda: f"NCCL buffers for {len(comms)} communicators "
+                    f"({', '.join(f'{k}={v}' for k, v in comms.items())}), "
+                    f"{const('nccl_mib_per_communicator')} MiB each"))
     if f.moe_token_dispatcher_type == "flex" and job.model.is_moe and job.layout.ep > 1:
         ep_span = job.layout.ep * job.layout.expert_tp
         internode = ep_span > job.system.nvlink_domain
         if (f.moe_flex_dispatcher_backend or "deepep") == "hybridep":
-            item = TailItem("hybridep_buffers", const("hybridep_buffer_gib"), "non_torch",
-                            "HybridEP dispatch/combine buffers (catalog hybridep_buffer_gib)")
+            item = ("hybridep_buffers", const("hybridep_buffer_gib"), "non_torch",
+                    lambda: "HybridEP dispatch/combine buffers (catalog hybridep_buffer_gib)")
         else:
-            item = TailItem("deepep_buffers", const("deepep_buffer_gib")["internode" if internode else "intranode"],
-                            "non_torch",
-                            f"DeepEP NVL{' + RDMA' if internode else ''} buffers (catalog deepep_buffer_gib)")
-        if item.gib > 0:
+            item = ("deepep_buffers", const("deepep_buffer_gib")["internode" if internode else "intranode"],
+                    "non_torch",
+                    lambda: f"DeepEP NVL{' + RDMA' if internode else ''} buffers (catalog deepep_buffer_gib)")
+        if item[1] > 0:
             after.append(item)
     head = [lib] if lib.gib > 0 else []
 
-    pool_text = "full-iteration CUDA graph private pool: 1.5x the activation peak (S:cg)"
+    def pool_text() -> str:
+        return "full-iteration CUDA graph private pool: 1.5x the activation peak (S:cg)"
 
-    def dynamic_gib(activation_peak_bytes: float, allocated_peak_bytes: float) -> list[tuple[str, float, str]]:
-        """(name, GiB, assumption) of the per-rank items, all of kind :data:`DYNAMIC_KIND`, in item order."""
+    def dynamic_gib(activation_peak_bytes: float, allocated_peak_bytes: float) -> list[tuple[str, float, Callable[[], str]]]:
+        """(name, GiB, assumption function) of the per-rank items, all of kind :data:`DYNAMIC_KIND`, in item
+        order."""
         out = []
         if pool_factor is not None:
             pool = pool_factor * activation_peak_bytes / GIB
@@ -132,12 +140,13 @@ def tail_builder(job: Job):
         return out
 
     def build(activation_peak_bytes: float, allocated_peak_bytes: float) -> RuntimeTail:
-        dyn = [TailItem(n, g, DYNAMIC_KIND, a) for n, g, a in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
-        return RuntimeTail([*head, *dyn, *after])
+        dyn = [TailItem(n, g, DYNAMIC_KIND, a()) for n, g, a in dynamic_gib(activation_peak_bytes,
+                                                                           allocated_peak_bytes)]
+        return RuntimeTail([*head, *dyn, *(TailItem(n, g, k, a()) for n, g, k, a in after)])
 
     # RuntimeTail.total of each kind without the RuntimeTail: the same GiB values summed in the same order
     head_of = {k: [i.gib for i in head if i.kind == k] for k in TAIL_KINDS}
-    after_of = {k: [i.gib for i in after if i.kind == k] for k in TAIL_KINDS}
+    after_of = {k: [g for _, g, kind, _ in after if kind == k] for k in TAIL_KINDS}
     fixed = {k: sum([*head_of[k], *after_of[k]]) for k in TAIL_KINDS if k != DYNAMIC_KIND}
 
     def totals(activation_peak_bytes: float, allocated_peak_bytes: float) -> dict[str, float]:

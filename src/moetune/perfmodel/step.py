@@ -825,31 +825,33 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         if w is not None:
             stage_walls.append(w)
             continue
-        w = {"compute": 0.0, "recompute": 0.0, "comm_tp": 0.0, "comm_cp": 0.0, "comm_ep": 0.0, "host": 0.0,
-             "gemm": 0.0, "attn": 0.0, "mem": 0.0}
+        # sums in local variables (the same additions in the same order as item updates of the wall dict)
+        comp = rec = ctp = ccp = gemm = attn = mem = 0.0
         a2a_tot = 0.0
         exp_tot = 0.0
         host_gap = 0.0
         for key, n in st.layer_counts.items():
             p = priced[key]
-            w["compute"] += n * p.comp
-            w["gemm"] += n * p.gemm
-            w["attn"] += n * p.attn
-            w["mem"] += n * p.mem
-            w["recompute"] += n * p.rec
-            w["comm_tp"] += n * p.tp
-            w["comm_cp"] += n * p.cp
+            comp += n * p.comp
+            gemm += n * p.gemm
+            attn += n * p.attn
+            mem += n * p.mem
+            rec += n * p.rec
+            ctp += n * p.tp
+            ccp += n * p.cp
             a2a_tot += n * p.a2a
             exp_tot += n * p.exp
             gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
             host_gap += n * (H.host_exposed(p.host, gpu_t, r.host_queue_sharpness) + (0.0 if ep_overlap else p.sync))
         if st.extra is not None:
             g, a, e = _price_extra(st.extra, r)
-            w["compute"] += 3 * (g + a + e)
-            w["gemm"] += 3 * g
-            w["mem"] += 3 * e
+            comp += 3 * (g + a + e)
+            gemm += 3 * g
+            mem += 3 * e
             host_gap += H.host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e),
                                        r.host_queue_sharpness)
+        w = {"compute": comp, "recompute": rec, "comm_tp": ctp, "comm_cp": ccp, "comm_ep": 0.0, "host": 0.0,
+             "gemm": gemm, "attn": attn, "mem": mem}
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
         partner = w["compute"]
         if feat.delay_wgrad_compute:
@@ -866,7 +868,12 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     per_mb = [sum(w[k] for k in ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "host"))
               for w in stage_walls]
     steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp)
-    bott = int(np.argmax(per_mb))
+    bott, top = 0, per_mb[0]  # np.argmax (first maximum) without building an array
+    for i, v in enumerate(per_mb):
+        if v > top:
+            bott, top = i, v
+    if top != top or any(v != v for v in per_mb):  # a NaN: numpy's rule (first NaN)
+        bott = int(np.argmax(per_mb))
     wb = stage_walls[bott]
     # PP send/recv: warm-up/flush transfers are on the critical path; steady-state ones overlap (overlap_p2p_comm)
     pp_exp = 0.0
