@@ -164,7 +164,7 @@ def main(argv=None) -> int:
             "data": f"{Path(args.csv).name}: {len(runs)} runs (all rows whose model is in the catalog)",
             "median_abs_err_pct": round(summary(err)[0], 2), "p90_abs_err_pct": round(summary(err)[1], 2),
         }
-        for kind, cv in cvs.items():
+        for kind in cvs:
             md, p9, _ = summary(cols[FOLD_LABEL[kind]])
             info[f"{FOLD_LABEL[kind].lower()}_median_abs_err_pct"] = round(md, 2)
             info[f"{FOLD_LABEL[kind].lower()}_p90_abs_err_pct"] = round(p9, 2)

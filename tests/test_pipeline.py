@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+
 import pytest
 import yaml
 

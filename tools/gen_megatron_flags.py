@@ -264,7 +264,7 @@ class Dataclasses:
                         ok, val = _literal(kw.value)
                         f.init = bool(val) if ok else True
                     elif kw.arg == "metadata" and isinstance(kw.value, ast.Dict):
-                        for k, mv in zip(kw.value.keys, kw.value.values):
+                        for k, mv in zip(kw.value.keys, kw.value.values, strict=True):
                             if isinstance(k, ast.Constant) and k.value == "argparse_meta":
                                 f.argparse_meta = mv
             elif v is not None:
@@ -336,7 +336,7 @@ def _extract_type(dcs: Dataclasses, module: str, ann: ast.AST) -> dict[str, Any]
 def _meta_dict(node: ast.AST | None) -> dict[str, ast.AST]:
     if not isinstance(node, ast.Dict):
         return {}
-    return {k.value: v for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)}
+    return {k.value: v for k, v in zip(node.keys, node.values, strict=True) if isinstance(k, ast.Constant)}
 
 
 def _default_of(dcs: Dataclasses, module: str, node: ast.AST | None) -> tuple[Any, str | None]:
