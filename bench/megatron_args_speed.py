@@ -42,7 +42,7 @@ def make(shape: str, nbytes: int) -> str:
         return BASE + "\\\n" + line * (nbytes // len(line)) + "  --seq-length 1024\n"
     if shape == "yaml":
         head = "ENV_VARS:\n  CUDA_DEVICE_MAX_CONNECTIONS: 1\nMODEL_ARGS:\n"
-        flags = "".join(f"  {f}: {v}\n" for f, v in zip(BASE.split()[::2], BASE.split()[1::2], strict=True)) + "  --bf16: true\n"
+        flags = "".join(f"  {f}: {v}\n" for f, v in zip(BASE.split()[::2], BASE.split()[1::2], strict=False)) + "  --bf16: true\n"
         return head + flags + '  --data-path: "/' + "d" * nbytes + '"\n'
     raise ValueError(shape)
 
