@@ -292,24 +292,17 @@ def routing_factor(job: Job) -> float:
 
 
 def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
-    """The :class:`ActConfig` of the job (:func:`_job_act_config`: it reads only the features, the layout, the
-    sequence length and the micro-batch size)."""
-    return _job_act_config(job.features, job.layout, job.seq_length, job.micro_batch_size, recompute)
-
-
-@memo(maxsize=65536)
-def _job_act_config(f: Features, lay: Layout, seq_length: int, micro_batch_size: int,
-                    recompute: frozenset[str] | None) -> act.ActConfig:
+    f, lay = job.features, job.layout
     unfused = f.attention_backend in ("unfused", "local") or f.transformer_impl == "local"
     rec = frozenset(f.recompute_modules) if f.recompute_granularity == "selective" else frozenset()
     if f.recompute_granularity == "selective" and not f.recompute_modules:
         rec = frozenset({"core_attn"})  # MCore default module list
     off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
     return _act_config(
-        seq=seq_length, mbs=micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
+        seq=job.seq_length, mbs=job.micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
         sp=bool(f.sequence_parallel and lay.tp > 1), fp8=f.precision in FP8_PRECISIONS,
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
-        routing_factor=expert_load(f), recompute=rec if recompute is None else recompute, offload=off,
+        routing_factor=routing_factor(job), recompute=rec if recompute is None else recompute, offload=off,
         ep=lay.ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
     )

@@ -910,7 +910,8 @@ def _step_host(prof: Profile, consts: dict, r: Rates, opt_s: float) -> float:
         return 0.0
     local = float(model.num_moe_experts or 1) / max(prof.job.layout.ep, 1)
     n = max(H.param_tensors(st.layer_counts, local_experts=local, shared=bool(model.moe_shared_expert_intermediate_size),
-                            mla=model.multi_latent_attention, tensors=tensors) for st in prof.stages)
+                            mla=model.multi_latent_attention, tensors=tensors)
+            for st in dict.fromkeys(prof.stages))  # stages shared by object (identical work) counted once
     sl = H.step_launches(n, kern)
     host_s = H.host_seconds(sl, launch_us=r.launch_us, graph_launch_us=consts["graph_launch_us"])
     return H.host_exposed(host_s, opt_s, r.host_queue_sharpness) + sl.syncs * consts["host_sync_us"] * 1e-6
