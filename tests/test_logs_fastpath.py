@@ -40,7 +40,9 @@ def assert_same_record(a, b) -> None:
     for name in ("source", "lines", "bytes", "recognised_lines", "segments", "truncated_last_line", "memory_reports",
                  "theoretical_memory", "parameter_counts", "timers", "config", "config_source", "versions", "events",
                  "signals", "signal_counts", "restart_lines", "ranks_seen", "meta"):
-        assert getattr(a, name) == getattr(b, name), name
+        va, vb = getattr(a, name), getattr(b, name)
+        # a NaN value (a memory line whose number did not parse) is never == another NaN object: equal reprs then
+        assert va == vb or repr(va) == repr(vb), name
     for tab in ("iterations", "step_time"):
         ta, tb = getattr(a, tab), getattr(b, tab)
         assert len(ta) == len(tb), tab
@@ -292,4 +294,16 @@ def test_lines_longer_than_a_chunk(tmp_path, small_runs, monkeypatch):
     monkeypatch.setattr(reader, "CHUNK_BYTES", 97)
     p = tmp_path / "runs.log"
     p.write_text("\n".join(_run_log(random.Random(11), 300)) + "\n")
+    check_both_paths(p)
+
+
+def test_nan_memory_value_found_by_hypothesis(tmp_path):
+    """The mix hypothesis found (a memory line cut short and joined to an exception line: a NaN value) reads the
+    same on both paths."""
+    lines = [ln for ln in POOL if "max allocated" in ln or "memory (MB)" in ln][:1]
+    if not lines:
+        pytest.skip("no memory line in the real logs")
+    p = tmp_path / "cut.log"
+    cut = lines[0][: lines[0].find("max alloca") + len("max alloca")]
+    p.write_text(cut + "AssertionError: Expert data parallel size should be divisible by partial DistOpt shard factor\n")
     check_both_paths(p)
