@@ -7,7 +7,9 @@ line of a layout, :class:`Layout` compiles that exact key sequence to regexes.
 Runs (:meth:`BulkIterations.scan_chunk`, the common case): in each chunk of the file, numpy finds the lines; stretches
 of :data:`MIN_RUN` or more consecutive lines that start with a blank and end with ``|`` are joined and matched by one
 ``findall`` of the layout's regex (each match is one whole line, so as many matches as lines proves every line is of
-the layout); fields that had one value on every line of an earlier run (total, batch size, loss scale, counters) are
+the layout), or, when every line is of the template the run's first line sets (the common case), without any regex:
+:func:`template_columns` checks the lines and converts the numbers on the raw bytes with numpy (:mod:`.bulknum`,
+exact); fields that had one value on every line of an earlier run (total, batch size, loss scale, counters) are
 matched as literals and converted once (:meth:`Layout.learn_constants`); the other captured fields are converted column
 by column. No Python object is made per line.
 
@@ -33,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from moetune.evidence.logs import bulknum
 from moetune.evidence.logs import patterns as P
 from moetune.evidence.logs.model import IterationTable
 from moetune.evidence.logs.parser import (
@@ -109,11 +112,12 @@ class Layout:
     """
 
     __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras", "bkeys",
-                 "ngroups", "const", "rx_const")
+                 "ngroups", "const", "rx_const", "keys")
 
     def __init__(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         parts, mparts, bparts = [], [], []
         self.bkeys: list[tuple[bytes, bool, bool]] = []  # per key: escaped, converted, last
+        self.keys: list[tuple[bytes, bool]] = []  # per key: the key and ":", converted
         #: groups of ``rx_bulk`` whose value was the same on every line of the last run (group -> value), and
         #: ``rx_bulk`` with those values matched literally (see :meth:`learn_constants`)
         self.const: dict[int, bytes] = {}
@@ -124,6 +128,7 @@ class Layout:
             needed = (kind == "col" and arg[0] in _BULK_COLUMNS) or kind in ("primary", "loss")
             last = j == len(keys) - 1
             self.bkeys.append((re.escape(k), needed, last))
+            self.keys.append((k + b":", needed))
             parts.append(re.escape(k) + b":" + (rb"([^|\r\x1b]*)" if needed else rb"[^|\r\x1b]*") +
                          (rb"\|?[ \t]*\Z" if last else rb"\|"))
             mparts.append(re.escape(k) + b":" + (rb"([^|\n\r\x1b]*)" if needed else rb"[^|\n\r\x1b]*") +
@@ -192,7 +197,11 @@ class Layout:
     def run_columns(self, text: bytes, n: int) -> list[Sequence[bytes]] | None:
         """The groups of ``rx_bulk`` (iteration, total, then each converted key) column by column, for ``text``: ``n``
         lines each after a ``\\n``, none with CR or ESC; None unless every line is a complete line of this layout
-        (each match starts at a line's ``\\n`` and ends at its end, so ``n`` matches cover all lines)."""
+        (each match starts at a line's ``\\n`` and ends at its end, so ``n`` matches cover all lines). Runs of one
+        template (:func:`template_columns`) are parsed on the bytes with numpy; others by the regexes."""
+        cols = template_columns(self, text, n)
+        if cols is not None:
+            return cols
         if self.rx_const is not None:
             groups = self.rx_const.findall(text)
             if len(groups) == n:
@@ -209,6 +218,79 @@ class Layout:
         if n >= MIN_RUN:
             self.learn_constants(cols)
         return cols
+
+
+def template_columns(lay: Layout, text: bytes, n: int) -> list[np.ndarray] | None:
+    """The columns of :meth:`Layout.run_columns` (float64 arrays) when all ``n`` lines of ``text`` are of the template
+    its first line sets (:mod:`.bulknum`, exact checks on the bytes), else None."""
+    a = np.frombuffer(text, dtype=np.uint8)
+    nl = np.flatnonzero(a == 10)
+    if len(nl) != n or nl[0] != 0 or text[-1:] != b"|":
+        return None
+    m = lay.rx_bulk.match(text)
+    end0 = nl[1] if n > 1 else len(text)
+    if m is None or m.end() != end0:
+        return None
+    line0 = text[1:end0]
+    keys = lay.keys
+    npipe = len(keys) + 1
+    pipes = np.flatnonzero(a == 124)
+    if len(pipes) != n * npipe or line0.count(b"|") != npipe:
+        return None
+    pipes = pipes.reshape(n, npipe)
+    starts = nl + 1
+    ends = np.empty(n, dtype=np.int64)
+    ends[:-1] = nl[1:]
+    ends[-1] = len(text)
+    if not (pipes[:, -1] == ends - 1).all():  # exactly npipe "|" on each line, the last its last byte
+        return None
+    # the head: the template's length and bytes; timestamp digits any digits; iteration / total right-aligned integers
+    h = line0.index(b"|")
+    if not (pipes[:, 0] - starts == h).all():
+        return None
+    g1, e1 = m.start(1) - 1, m.end(1) - 1
+    e2 = m.end(2) - 1
+    it0 = line0.rfind(b"iteration", 0, g1) + len(b"iteration")
+    slash = line0.index(b"/", e1)
+    tmpl = np.frombuffer(line0[:h], dtype=np.uint8)
+    col = np.arange(h)
+    numeric = ((col >= it0) & (col < e1)) | ((col > slash) & (col < e2))
+    digit = (col < it0 - len(b"iteration")) & ((tmpl - 48) < 10)
+    lit = np.flatnonzero(~numeric & ~digit)
+    head = bulknum.windows(text, h)[starts]
+    if not (head[:, lit] == tmpl[lit]).all() or not ((head[:, np.flatnonzero(digit)] - 48) < 10).all():
+        return None
+    if not (head[:, it0] == 32).all():  # "iteration" then [ \t]+
+        return None
+    out = []
+    for lo, hi in ((it0, e1), (slash + 1, e2)):
+        try:
+            fmt = bulknum.NumberFormat(line0[lo:hi], signed=False)
+        except ValueError:
+            return None
+        v, ok = bulknum.parse_shaped(text, starts + lo, starts + hi, fmt)
+        if not ok.all():
+            return None
+        out.append(v)
+    # each key and its ":" right after the "|" before it; the converted values
+    tp = np.flatnonzero(np.frombuffer(line0, dtype=np.uint8) == 124).tolist()  # the template's "|"
+    for j, (key, needed) in enumerate(keys):
+        pos = pipes[:, j] + 1
+        if not (bulknum.windows(text, len(key))[pos] == np.frombuffer(key, dtype=np.uint8)).all():
+            return None
+        if needed:
+            try:
+                fmt = bulknum.NumberFormat(line0[tp[j] + 1 + len(key):tp[j + 1]])
+            except ValueError:
+                return None
+            st, en = pos + len(key), pipes[:, j + 1]
+            value = line0[tp[j] + 1 + len(key):tp[j + 1]]
+            if (en - st == len(value)).all() and (bulknum.windows(text, len(value))[st] ==
+                                                  np.frombuffer(value, dtype=np.uint8)).all():
+                out.append(np.full(n, float(value)))  # one value on every line (batch size, loss scale, counters)
+            else:
+                out.append(bulknum.parse_numbers(text, st, en, fmt))
+    return out
 
 
 class BulkIterations:
