@@ -569,7 +569,8 @@ class Search:
 
     def offload_pass(self) -> None:
         """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256
-        closest misses, least recompute first."""
+        closest misses (closest first), least recompute first; with ``first_fit`` it stops at the first layout that
+        fits."""
         req = self.req
         if self.best_by_layout or not req.allow_offload or not self.offload_queue or "offload" in req.fix:
             return
@@ -577,6 +578,8 @@ class Search:
                           "offload on the 256 closest layouts")
         self.offload_queue.sort(key=lambda x: x[0])
         for _, lp, mode in self.offload_queue[:256]:
+            if req.first_fit and self.best_by_layout:
+                break  # first_fit: whether anything fits and an example (as in :meth:`pass_2`)
             for rank, rec in self.rec_opts:
                 if self.consider(lp, mode, 100 + rank, rec, OFFLOAD_UPDATES):
                     break
