@@ -165,3 +165,40 @@ def test_collector_paused_restores_state_even_on_error():
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+_DSV3 = _req("DeepSeek-V3", 128, 1024)
+_DSV3_LAYOUTS = list(enumerate_layouts(_DSV3.model, _DSV3.system, 128, 1024, 4096, SpaceLimits()))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS + _DSV3_LAYOUTS), st.booleans())
+def test_selective_floor_bounds_every_option_of_its_group(lp, fsdp):
+    """Each group's memory lower bound (Search.below_floor_misses) is at most the device memory of every member
+    option on every rank."""
+    req = _QWEN if lp in _QWEN_LAYOUTS else _DSV2 if lp in _DSV2_LAYOUTS else _DSV3
+    fsdp = fsdp and lp.pp == 1 and lp.dp > 1
+    base = P._base_features(req.model, req.precisions[0], lp, fsdp=fsdp)
+    opts = dict(P._recompute_options(req.model, req.max_recompute))
+    groups = P._ladder_groups(list(opts.items()))
+    assert groups
+    for ranks, saved, working, none in groups:
+        bound = [d for d, _ in M.selective_floor_peaks(P._job(req, lp, base.model_copy(update=none)), saved, working)]
+        for r in ranks:
+            peaks = [d for d, _ in M.device_peaks(P._job(req, lp, base.model_copy(update=opts[r])))]
+            assert all(b <= d for b, d in zip(bound, peaks, strict=True)), (r, bound, peaks)
+
+
+@pytest.mark.parametrize("kw", [dict(model="Qwen3-30B-A3B", gpus=16, gbs=512, top=3),
+                                dict(model="DeepSeek-V2-Lite", gpus=16, gbs=512, top=5, precisions=("bf16", "fp8_cs")),
+                                dict(model="DeepSeek-V3", gpus=128, gbs=1024, top=5, mbs_options=(1, 2), workers=1),
+                                dict(model="Llama-3-8B", gpus=8, gbs=128, top=4)])
+def test_ladder_bound_skips_change_nothing(kw, monkeypatch):
+    """The recompute ladder's group bounds only skip fit tests that would fail: same candidates, per-layout bests
+    and step times as testing every option (one process: the per-layout bests of a parallel search depend on how
+    fast its shares tighten the bound)."""
+    kw = dict(kw)
+    req = _req(kw.pop("model"), kw.pop("gpus"), kw.pop("gbs"), **kw)
+    with_skips = _summary(P.plan(req))
+    monkeypatch.setattr(P.Search, "below_floor_misses", lambda self, lp, mode: frozenset())
+    assert _summary(P.plan(req)) == with_skips
