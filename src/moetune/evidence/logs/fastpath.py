@@ -234,8 +234,14 @@ def template_columns(lay: Layout, text: bytes, n: int) -> list[np.ndarray] | Non
     line0 = text[1:end0]
     keys = lay.keys
     npipe = len(keys) + 1
+    if line0.count(b"|") != npipe:
+        return None
+    if len(text) == n * len(line0) + n and n > 1:  # every line as long as the first (the common case)
+        got = _fixed_columns(lay, text, n, line0, m)
+        if got is not None:
+            return got
     pipes = np.flatnonzero(a == 124)
-    if len(pipes) != n * npipe or line0.count(b"|") != npipe:
+    if len(pipes) != n * npipe:
         return None
     pipes = pipes.reshape(n, npipe)
     starts = nl + 1
@@ -287,9 +293,81 @@ def template_columns(lay: Layout, text: bytes, n: int) -> list[np.ndarray] | Non
             value = line0[tp[j] + 1 + len(key):tp[j + 1]]
             if (en - st == len(value)).all() and (bulknum.windows(text, len(value))[st] ==
                                                   np.frombuffer(value, dtype=np.uint8)).all():
-                out.append(np.full(n, float(value)))  # one value on every line (batch size, loss scale, counters)
+                out.append(np.full(n, num(value)))  # one value on every line (batch size, loss scale, counters)
             else:
                 out.append(bulknum.parse_numbers(text, st, en, fmt))
+    return out
+
+
+def _head_template(line0: bytes, m: re.Match[bytes]) -> tuple[int, np.ndarray, np.ndarray, list[tuple[int, int]]]:
+    """The head of the template line (the text before its first ``|``): its length, its literal columns, its
+    timestamp digit columns (any digit) and the column ranges of the iteration and the total (right-aligned
+    integers; the iteration's first column a blank, as the regex's ``[ \t]+``)."""
+    h = line0.index(b"|")
+    g1, e1 = m.start(1) - 1, m.end(1) - 1
+    e2 = m.end(2) - 1
+    it0 = line0.rfind(b"iteration", 0, g1) + len(b"iteration")
+    slash = line0.index(b"/", e1)
+    tmpl = np.frombuffer(line0[:h], dtype=np.uint8)
+    col = np.arange(h)
+    numeric = ((col >= it0) & (col < e1)) | ((col > slash) & (col < e2))
+    digit = (col < it0 - len(b"iteration")) & ((tmpl - 48) < 10)
+    return h, np.flatnonzero(~numeric & ~digit), np.flatnonzero(digit), [(it0, e1), (slash + 1, e2)]
+
+
+def _fixed_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[bytes]) -> list[np.ndarray] | None:
+    """:func:`template_columns` for a run whose lines all have the template's length: the lines are the rows of one
+    (n, length) view of the text (no copy); a line is of the template when its ``|`` are at the template's columns
+    (and it has no other), its keys, the literal bytes of its head and its timestamp digits are the template's, and
+    its iteration / total are right-aligned integers. Values at fixed columns that equal the template's on every line
+    are converted once."""
+    width = len(line0)
+    a = np.frombuffer(text, dtype=np.uint8)
+    rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
+    tp = np.flatnonzero(np.frombuffer(line0, dtype=np.uint8) == 124)
+    if np.count_nonzero(a == 124) != n * len(tp) or not (rows[:, tp] == 124).all():
+        return None
+    tmpl = np.frombuffer(line0, dtype=np.uint8)
+    h, lit, digit, numeric = _head_template(line0, m)
+    mask = np.zeros(width, dtype=np.uint8)
+    mask[lit] = 0xFF
+    for j, (key, _) in enumerate(lay.keys):
+        mask[tp[j] + 1:tp[j] + 1 + len(key)] = 0xFF
+    if not all(line0[tp[j] + 1:tp[j] + 1 + len(key)] == key for j, (key, _) in enumerate(lay.keys)):
+        return None
+    last = int(np.flatnonzero(mask)[-1]) + 1
+    diff = np.bitwise_xor(rows[:, :last], tmpl[:last])
+    diff &= mask[:last]
+    if diff.any() or not ((rows[:, digit] - 48) < 10).all() or not (rows[:, numeric[0][0]] == 32).all():
+        return None
+    starts = np.arange(1, len(text), width + 1, dtype=np.int64)
+    out = []
+    for lo, hi in numeric:
+        value = line0[lo:hi]
+        if (rows[:, lo:hi] == tmpl[lo:hi]).all():
+            out.append(np.full(n, num(value)))
+            continue
+        try:
+            fmt = bulknum.NumberFormat(value, signed=False)
+        except ValueError:
+            return None
+        v, ok = bulknum.parse_shaped(text, starts + lo, starts + hi, fmt)
+        if not ok.all():
+            return None
+        out.append(v)
+    for j, (key, needed) in enumerate(lay.keys):
+        if not needed:
+            continue
+        lo, hi = tp[j] + 1 + len(key), tp[j + 1]
+        value = line0[lo:hi]
+        if (rows[:, lo:hi] == tmpl[lo:hi]).all():
+            out.append(np.full(n, num(value)))  # one value on every line (batch size, loss scale, counters)
+            continue
+        try:
+            fmt = bulknum.NumberFormat(value)
+        except ValueError:
+            return None
+        out.append(bulknum.parse_numbers(text, starts + lo, starts + hi, fmt))
     return out
 
 
