@@ -796,13 +796,13 @@ class StepWalls:
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
 
-def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
-    """Seconds per wall for a profile (see module doc); no pydantic (hot path of the fit/planner)."""
+def _layer_prices(prof: Profile, eff: Efficiency) -> tuple[Rates, float, dict[tuple, LayerPrice]]:
+    """The rates of a profile's job, the SM share of its flex dispatcher and the price of each of its layer kinds
+    (:func:`_price_layer`): the first part of :func:`evaluate`, shared with :func:`stage_a2a_seconds`."""
     job = prof.job
     lay, feat, sysm = job.layout, job.features, job.system
     consts = eff.constants
     r = _rates(job, eff, prof.pcls, prof.quant_bytes)
-    m = prof.m
     tp_busbw = C.bus_bandwidth(lay.tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     cp_busbw = C.bus_bandwidth(lay.cp, lay.tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     n_sms = 0
@@ -816,7 +816,41 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         consts["tp_overlap_splits"], consts["tp_overlap_sms"] / sysm.gpu.sm_count, feat.cp_comm_type,
         consts["graph_launch_us"], consts["native_launch_us"], consts["host_sync_us"])
     # per layer type: price once
-    priced = {key: _price_layer(lt, q) for key, lt in prof.types.items()}
+    return r, sm_frac, {key: _price_layer(lt, q) for key, lt in prof.types.items()}
+
+
+def _stage_a2a(st: StageWork, priced: dict[tuple, LayerPrice]) -> float:
+    """EP dispatch/combine seconds of one stage per microbatch before any hiding (``StepWalls.stage_a2a``)."""
+    a2a = 0.0
+    for key, n in st.layer_counts.items():
+        a2a += n * priced[key].a2a
+    return a2a
+
+
+def stage_a2a_seconds(job: Job, efficiency: Efficiency | None = None) -> list[float]:
+    """``estimate_walls(job).stage_a2a`` (the same values, one implementation: :func:`_stage_a2a` of the prices of
+    :func:`_layer_prices`) without the rest of :func:`evaluate`: what the planner's EP bound reads of the base job
+    with another dispatcher."""
+    eff = resolve_efficiency(efficiency)
+    prof = build_profile(job, eff)
+    _, _, priced = _layer_prices(prof, eff)
+    done: dict[StageWork, float] = {}
+    out = []
+    for st in prof.stages:
+        a = done.get(st)
+        if a is None:
+            a = done[st] = _stage_a2a(st, priced)
+        out.append(a)
+    return out
+
+
+def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
+    """Seconds per wall for a profile (see module doc); no pydantic (hot path of the fit/planner)."""
+    job = prof.job
+    lay, feat = job.layout, job.features
+    consts = eff.constants
+    r, sm_frac, priced = _layer_prices(prof, eff)
+    m = prof.m
     stage_walls: list[dict[str, float]] = []
     ep_overlap = feat.overlap_moe_expert_parallel_comm and lay.ep > 1
     done: dict[StageWork, dict[str, float]] = {}  # stages shared by object (identical work) are priced once
@@ -827,7 +861,6 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             continue
         # sums in local variables (the same additions in the same order as item updates of the wall dict)
         comp = rec = ctp = ccp = gemm = attn = mem = 0.0
-        a2a_tot = 0.0
         exp_tot = 0.0
         host_gap = 0.0
         for key, n in st.layer_counts.items():
@@ -839,10 +872,10 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             rec += n * p.rec
             ctp += n * p.tp
             ccp += n * p.cp
-            a2a_tot += n * p.a2a
             exp_tot += n * p.exp
             gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
             host_gap += n * (H.host_exposed(p.host, gpu_t, r.host_queue_sharpness) + (0.0 if ep_overlap else p.sync))
+        a2a_tot = _stage_a2a(st, priced)
         if st.extra is not None:
             g, a, e = _price_extra(st.extra, r)
             comp += 3 * (g + a + e)

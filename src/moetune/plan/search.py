@@ -30,7 +30,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from moetune.io.check import check_job
 from moetune.perfmodel.memory import (
@@ -43,7 +43,7 @@ from moetune.perfmodel.memory import (
     weight_and_optimizer_bytes,
 )
 from moetune.perfmodel.schedule import pipeline_step
-from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency
+from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_seconds
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
 from moetune.spec.features import Features
@@ -436,6 +436,12 @@ def _floor_result(req: PlanRequest, floor: Any, starts: dict[str, Any], t0: floa
                       starts=starts, memory_floor=floor)
 
 
+class _StageA2A(NamedTuple):
+    """What :func:`_schedule_floor` reads of a dispatcher's estimate: per stage, its EP dispatch/combine seconds."""
+
+    stage_a2a: list[float]
+
+
 class SharedBound:
     """The smallest k-th best step time any share of a parallel search has found (:func:`_plan_parallel`), in a
     process-shared double created before the shares are forked. The global k-th best is at most each share's own, so
@@ -517,6 +523,7 @@ class Search:
         self._layout_cache: dict[tuple, Layout] = {}
         self._job_cache: dict[tuple, Job] = {}  # per (layout, Features instance); the instance check guards id reuse
         self._time_cache: dict[tuple, Any] = {}
+        self._a2a_cache: dict[tuple, _StageA2A] = {}  # per (layout, Features instance) not priced in full
         self._mem_cache: dict[tuple, list] = {}  # (device, peak) GiB per rank
         self._fit_cache: dict[tuple, tuple[bool, Job]] = {}  # fits the headroom policy, and the job it was tested on
         self._full_mem: dict[tuple, Any] = {}
@@ -709,7 +716,7 @@ class Search:
             return own
         least = float("inf")
         for d in _dispatcher_variants(self.req, lp):
-            bound = _schedule_floor(base, [self.time_of(lp, self.features(mode, lp, d))])
+            bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, d))])
             if bound <= kth:
                 return bound
             least = min(least, bound)
@@ -793,6 +800,18 @@ class Search:
         got = self._time_cache.get(key)
         if got is None:
             got = self._time_cache[key] = estimate_walls(job or self.job_of(lp, feats), self.eff)
+        return got
+
+    def a2a_of(self, lp: LayoutPoint, feats: Features) -> Any:
+        """The per-stage EP dispatch/combine seconds of the job (``stage_a2a`` of :meth:`time_of`, read from it when
+        priced already, else :func:`moetune.perfmodel.step.stage_a2a_seconds`: the same values without the rest of
+        the step model)."""
+        key = (lp.key(), id(feats))
+        got = self._time_cache.get(key)
+        if got is None:
+            got = self._a2a_cache.get(key)
+            if got is None:
+                got = self._a2a_cache[key] = _StageA2A(stage_a2a_seconds(self.job_of(lp, feats), self.eff))
         return got
 
     def mem_key(self, lp: LayoutPoint, feats: Features) -> tuple:
@@ -945,11 +964,11 @@ def variant_floor(t) -> float:
     return _walls_floor({w: t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS})
 
 
-def _schedule_floor(res: StepWalls, by_dispatcher: list[StepWalls] | None = None) -> float:
+def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None) -> float:
     """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
     CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job and,
-    optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``); at least
-    :func:`variant_floor`.
+    optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``: anything with their
+    ``stage_a2a``, such as :func:`moetune.perfmodel.step.stage_a2a_seconds`); at least :func:`variant_floor`.
 
     Proof: a stage's compute, TP and CP walls do not change under these variants and recompute only adds
     (:data:`VARIANT_INVARIANT_WALLS`), so every stage's per-microbatch time is at least its ``stage_floor`` plus its
