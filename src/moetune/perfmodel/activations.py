@@ -69,11 +69,6 @@ _RECOMPUTE_TARGETS: dict[str, tuple[str, ...]] = {
 }
 
 
-def recompute_drops(modules) -> frozenset[str]:
-    """The saved-tensor components that selective recompute of ``modules`` drops (:func:`layer_components`)."""
-    return frozenset(name for mod in modules for name in _RECOMPUTE_TARGETS.get(mod, ()))
-
-
 #: CUDA-graph scope (MCore ``cuda_graph_scope``) -> the components captured inside those graphs
 GRAPH_SCOPE_COMPONENTS: dict[str, frozenset[str]] = {
     "attn": frozenset({"attn_norm_in", "attn_norm_out", "attn_qkv", "mla_up_proj", "core_attn", "attn_proj_in",

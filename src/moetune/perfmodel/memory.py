@@ -527,31 +527,6 @@ def device_peaks(job: Job, order: Iterable[int] | None = None) -> Iterator[tuple
     return _rank_memory(job, act_config(job), "device", order)
 
 
-def selective_floor_peaks(job: Job, saved: frozenset[str], working: frozenset[str],
-                          order: Iterable[int] | None = None) -> Iterator[tuple[float, float]]:
-    """Lower bounds on the (device GiB, peak allocated GiB) of the PP ranks in ``order``, for every job that differs
-    from ``job`` (no recompute, no CUDA graphs, no activation or layer CPU offloading) only in selective recompute of
-    modules S whose dropped components (:func:`moetune.perfmodel.activations.recompute_drops`) lie between those of
-    ``working`` and those of ``saved``: :func:`device_peaks` with the saved activations of ``saved`` recomputed and
-    the working set of ``working`` recomputed (one implementation: :func:`_rank_memory` with ``saved_cfg``).
-
-    Proof (docs/domain.md §3.2 activation model, :mod:`moetune.perfmodel.activations`): selective recompute of S
-    removes the components of its modules from each layer's saved tensors, so the saved bytes of S are at least those
-    of ``saved`` (S removes fewer non-negative components; floating-point sums of non-negative terms are monotone in
-    each term); a recomputed layer's backward working set adds what it rebuilds (``layer_recompute_extra_bytes``:
-    the full layer minus what is kept, non-decreasing in the dropped components), so the working set is at least that
-    of ``working``. Nothing else in :func:`_rank_memory` reads the recompute modules (the model state, the schedule
-    and the runtime tail take the features without them, :func:`static_features`; without graphs and offloading
-    their terms are 0), and the device memory is non-decreasing in the saved activations and the working set (sums,
-    maxima, matrix products with non-negative in-flight counts, the tail's non-negative fractions)."""
-    f = job.features
-    if (f.recompute_granularity is not None or f.recompute_modules or f.cuda_graph_impl != "none"
-            or f.fine_grained_activation_offloading or f.cpu_offloading):
-        raise ValueError("selective_floor_peaks: expects a job without recompute, CUDA graphs or offloading")
-    return _rank_memory(job, act_config(job, recompute=working), "device", order,
-                        saved_cfg=act_config(job, recompute=saved))
-
-
 def fits_capacity(device_gib: float, capacity_gib: float, headroom: float) -> bool:
     """The headroom policy, one expression for ``estimate`` and ``plan``: the binding rank's device memory leaves at
     least ``headroom`` GiB of HBM free (:func:`headroom_gib` by default)."""
@@ -602,12 +577,9 @@ def _rank_static_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: i
     return stages, vocab_padded, ranks, tail_builder(job)
 
 
-def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None,
-                 saved_cfg: act.ActConfig | None = None) -> Iterator:
+def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None) -> Iterator:
     """Per PP rank in ``order`` (default: rank order): a :class:`StageMemory` (``detail`` True) or just
-    (reserved GiB, peak allocated GiB) (False) or (device GiB, peak allocated GiB) (``"device"``). ``saved_cfg``
-    (:func:`selective_floor_peaks` only): the saved activations are those of this configuration, the working set
-    that of ``cfg``."""
+    (reserved GiB, peak allocated GiB) (False) or (device GiB, peak allocated GiB) (``"device"``)."""
     m, lay, f = job.model, job.layout, job.features
     stages, vocab_padded, ranks, tail_of = _rank_static(job)
     tail_totals = tail_of.totals
@@ -617,9 +589,6 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
         comps, static, per_chunk_params, states, inflight = ranks[idx]
         chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank],
                                                                                       vocab_padded)
-        if saved_cfg is not None:
-            chunk_saved, saved_arr, graphed_arr = _activation_row(m, fkey, saved_cfg, sig_rows[rank.pp_rank],
-                                                                  vocab_padded)[:3]
         totals = states @ saved_arr
         i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
         best, best_state = float(totals[i_best]), inflight[i_best]

@@ -39,7 +39,6 @@ from moetune.perfmodel.memory import (
     estimate_memory,
     fits_capacity,
     headroom_gib,
-    selective_floor_peaks,
     weight_and_optimizer_bytes,
 )
 from moetune.perfmodel.schedule import pipeline_step
@@ -229,32 +228,6 @@ def _recompute_options(model: ModelArch, max_recompute: str, pinned: str | None 
     if max_recompute == "full":
         opts.append((99, parse_recompute("full:uniform:1")))
     return opts
-
-
-def _ladder_groups(rec_opts: list[tuple[int, dict]]) -> list[tuple[frozenset[int], frozenset[str], frozenset[str],
-                                                                     dict]]:
-    """For :meth:`Search.below_floor_misses`: the options before the floor cut into runs, in ladder order, along
-    which the dropped components (:func:`moetune.perfmodel.activations.recompute_drops`) only grow (no recompute
-    drops none); per run of two or more options: (their ranks, the last option's modules (the saved activations of
-    the bound), the first one's (its working set), the no-recompute option's updates (the bound's job)). Empty
-    unless every option before the floor is no recompute or selective with its modules spelled out."""
-    from moetune.perfmodel.activations import recompute_drops
-
-    below = rec_opts[:-1]
-    none = next((rec for _, rec in below if rec["recompute_granularity"] is None), None)
-    if none is None or any(rec["recompute_granularity"] not in (None, "selective")
-                           or (rec["recompute_granularity"] == "selective" and not rec["recompute_modules"])
-                           for _, rec in below):
-        return []
-    runs: list[list[tuple[int, frozenset[str], frozenset[str]]]] = []
-    for rank, rec in below:
-        mods = frozenset(rec["recompute_modules"])
-        drops = recompute_drops(mods)
-        if runs and runs[-1][-1][2] <= drops:
-            runs[-1].append((rank, mods, drops))
-        else:
-            runs.append([(rank, mods, drops)])
-    return [(frozenset(r for r, _, _ in run), run[-1][1], run[0][1], none) for run in runs if len(run) >= 2]
 
 
 def _module_applies(model: ModelArch, module: str) -> bool:
@@ -529,7 +502,6 @@ class Search:
         self._full_mem: dict[tuple, Any] = {}
         self._overflow_rank: dict[tuple, int] = {}  # per layout: the rank that overflowed last (tested first next)
         self._time_only = {f: False for f in TIME_ONLY_FEATURES}
-        self._ladder_groups: list | None = None  # :func:`_ladder_groups` of the recompute options
 
     # ----------------------------------------------------------------------------------------------------------
     # the phases
@@ -590,9 +562,8 @@ class Search:
                 self.pruned_mem += 1
                 self.note_miss(over, lp, mode)
                 continue
-            cannot_fit = self.below_floor_misses(lp, mode)
             for rank, rec in self.rec_opts:
-                if rank != floor_rank and (rank in cannot_fit or not self.fits(lp, self.features(mode, lp, rec))):
+                if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
                     continue
                 if rank and len(self.best) >= self.k:
                     # recompute adds to the invariant walls: re-bound before pricing this layout's variants
@@ -721,35 +692,6 @@ class Search:
                 return bound
             least = min(least, bound)
         return least
-
-    def below_floor_misses(self, lp: LayoutPoint, mode: tuple[str, bool]) -> frozenset[int]:
-        """Ranks of recompute options before the floor that cannot fit, proven a group at a time: for each group of
-        :func:`_ladder_groups` (options whose dropped components grow along the ladder) the memory lower bound of
-        :func:`moetune.perfmodel.memory.selective_floor_peaks` (the saved activations of the group's last option,
-        the working set of its first) bounds every member; when it overflows on some rank no member fits, and the
-        ladder skips their fit tests (most layouts of a large model fit with full recompute only: one bound test
-        per group instead of a fit test per option). Empty (test each option) when the bound does not apply (CUDA
-        graphs or offloading in the base features). A relative 1e-9 is taken off the bound for rounding."""
-        groups = self._ladder_groups
-        if groups is None:
-            groups = self._ladder_groups = _ladder_groups(self.rec_opts)
-        if not groups:
-            return frozenset()
-        feats = self.base_features(mode, lp)
-        if (feats.cuda_graph_impl != "none" or feats.fine_grained_activation_offloading or feats.cpu_offloading):
-            return frozenset()
-        job = self.job_of(lp, self.features(mode, lp, groups[0][3]))
-        lk = lp.key()
-        out: set[int] = set()
-        for ranks, saved, working, _ in groups:
-            first = self._overflow_rank.get(lk, 0)
-            order = [first, *(i for i in range(lp.pp) if i != first)]
-            for i, (device, _) in zip(order, selective_floor_peaks(job, saved, working, order), strict=True):
-                if not fits_capacity(device * (1.0 - 1e-9), self.capacity, self.headroom):
-                    self._overflow_rank[lk] = i
-                    out.update(ranks)
-                    break
-        return frozenset(out)
 
     def note_miss(self, over: float, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """A layout whose most memory-saving recompute does not fit (by ``over`` GiB): one of the closest misses
