@@ -165,3 +165,19 @@ def test_collector_paused_restores_state_even_on_error():
         assert not gc.isenabled()  # a caller that had it off keeps it off
     finally:
         gc.enable()
+
+
+_DSV3 = _req("DeepSeek-V3", 128, 1024)
+_DSV3_LAYOUTS = list(enumerate_layouts(_DSV3.model, _DSV3.system, 128, 1024, 4096, SpaceLimits()))
+
+
+@pytest.mark.parametrize("req,layouts", [(_QWEN, _QWEN_LAYOUTS[::29]), (_DSV2, _DSV2_LAYOUTS[::31]),
+                                         (_DSV3, _DSV3_LAYOUTS[::131])])
+def test_stage_a2a_seconds_equal_the_full_estimate(req, layouts):
+    """The EP bound's per-stage dispatch/combine seconds without the rest of the step model (Search.a2a_of) are
+    those of estimate_walls, for every dispatcher."""
+    for lp in layouts:
+        base = P._base_features(req.model, req.precisions[0], lp)
+        for d in P._dispatcher_variants(req, lp):
+            job = P._job(req, lp, base.model_copy(update=d))
+            assert T.stage_a2a_seconds(job) == T.estimate_walls(job).stage_a2a
