@@ -189,3 +189,26 @@ def test_template_columns_take_clean_runs():
     ref = _regex_columns(lay, text, 100)
     for g, r in zip(got, ref, strict=True):
         assert all(_same(a, b) for a, b in zip(g, r, strict=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(FORMATS), st.integers(0, 2**32), st.integers(1, 200), st.booleans())
+def test_property_fixed_rows(f, seed, n, signed):
+    """parse_fixed (values at one column range of equal-length rows, strided views) == num of each value's text."""
+    rnd = random.Random(seed)
+    vals = [_value(rnd, f) for _ in range(n)]
+    width = max(len(v) for v in vals)
+    if rnd.random() < 0.5:  # all values of one length (blanks in front), as a fixed-width column
+        vals = [v.rjust(width) for v in vals]
+    else:
+        vals = [v[:1] * 0 + v for v in vals if len(v) == len(vals[0])] or vals[:1]
+        width = len(vals[0])
+    prefix = b"x" * rnd.randint(0, 30)
+    rows = [prefix + b" k:" + v + b"|" for v in vals]
+    buf = b"\n" + b"\n".join(rows)
+    lo = len(prefix) + 3
+    template = b" " + f.format(7 if "d" in f else 2.25).encode() + b" "
+    fmt = bulknum.NumberFormat(template, signed=signed)
+    got = bulknum.parse_fixed(buf, 1, len(rows[0]) + 1, len(rows), lo, lo + width, fmt)
+    for v, g in zip(vals, got, strict=True):
+        assert _same(g, num(v)), (template, v, g, num(v))

@@ -203,55 +203,107 @@ def _int_word(x: np.ndarray) -> tuple[np.ndarray, ...]:
     return ok, _eight_digits(y & ~fm), nd, neg, f == 0
 
 
+class _Gathered:
+    """Bytes / words at ``pos + d`` for an array of positions (fancy indexing)."""
+
+    __slots__ = ("a", "wv", "pos")
+
+    def __init__(self, buf: bytes, pos: np.ndarray) -> None:
+        self.a, self.wv, self.pos = np.frombuffer(buf, dtype=np.uint8), words(buf), pos
+
+    def byte(self, d: int) -> np.ndarray:
+        return self.a[self.pos + d]
+
+    def word(self, d: int) -> np.ndarray:
+        return self.wv[self.pos + d]
+
+
+class _Strided:
+    """Bytes / words at ``first + i * stride + d`` (rows of equal length: strided views, no copy)."""
+
+    __slots__ = ("buf", "first", "stride", "n")
+
+    def __init__(self, buf: bytes, first: int, stride: int, n: int) -> None:
+        self.buf, self.first, self.stride, self.n = buf, first, stride, n
+
+    def byte(self, d: int) -> np.ndarray:
+        return np.ndarray((self.n,), dtype=np.uint8, buffer=self.buf, offset=self.first + d, strides=(self.stride,))
+
+    def word(self, d: int) -> np.ndarray:
+        return np.ndarray((self.n,), dtype="<u8", buffer=self.buf, offset=self.first + d, strides=(self.stride,))
+
+
 def parse_swar(buf: bytes, st: np.ndarray, en: np.ndarray, fmt: NumberFormat) -> tuple[np.ndarray, np.ndarray] | None:
     """As :func:`parse_shaped`, on uint64 words (an integer part of at most 16 bytes, at most 8 fraction digits);
     None when the format needs more (then :func:`parse_shaped` applies)."""
-    if fmt.frac > 8 or fmt.exp_digits > 3:
+    if fmt.frac > 8 or fmt.exp_digits > 3 or (en - 16 - fmt.tail < 0).any():
         return None
-    a = np.frombuffer(buf, dtype=np.uint8)
-    wv = words(buf)
-    cur = en - fmt.trail
-    length = cur - st
-    ok = length >= fmt.tail - fmt.trail + 1
-    if not ok.any() or (en - 16 - fmt.tail < 0).any():
+    return _swar(_Gathered(buf, en), en - st, len(st), fmt)
+
+
+def parse_fixed(buf: bytes, first: int, stride: int, n: int, lo: int, hi: int, fmt: NumberFormat) -> np.ndarray:
+    """``num`` of the values at ``[lo, hi)`` of ``n`` rows of ``stride`` bytes from ``first`` (lines of one length)."""
+    got = None
+    if fmt.frac <= 8 and fmt.exp_digits <= 3 and first + hi - 16 - fmt.tail >= 0:
+        got = _swar(_Strided(buf, first + hi, stride, n), hi - lo, n, fmt)
+    if got is None:
+        starts = first + stride * np.arange(n, dtype=np.int64)
+        return parse_numbers(buf, starts + lo, starts + hi, fmt)
+    out, ok = got
+    if not isinstance(ok, np.ndarray):
+        ok = np.full(n, bool(ok))
+    for i in np.flatnonzero(~ok).tolist():
+        p = first + i * stride
+        out[i] = num(buf[p + lo:p + hi])
+    return out
+
+
+def _swar(at: _Gathered | _Strided, ln: np.ndarray | int, n: int, fmt: NumberFormat) \
+        -> tuple[np.ndarray, np.ndarray] | None:
+    """The SWAR conversion; ``at`` gives the bytes / words relative to each value's end, ``ln`` the values'
+    lengths (one int when all are equal)."""
+    cur = -fmt.trail
+    ok = np.asarray(ln - fmt.trail >= fmt.tail - fmt.trail + 1)
+    if not ok.any():
         return None
+    ok = np.broadcast_to(ok, (n,)).copy()
     for i in range(fmt.trail):
-        ok &= a[en - 1 - i] == 32
+        ok &= at.byte(-1 - i) == 32
     e = 0
     if fmt.exp:
-        e = np.zeros(len(st), dtype=np.int64)
+        e = np.zeros(n, dtype=np.int64)
         for i in range(fmt.exp_digits):
-            d = a[cur - fmt.exp_digits + i].astype(np.int64) - 48
+            d = at.byte(cur - fmt.exp_digits + i).astype(np.int64) - 48
             ok &= (d >= 0) & (d < 10)
             e = e * 10 + d
-        cur = cur - fmt.exp_digits
+        cur -= fmt.exp_digits
         if fmt.exp_sign:
-            s = a[cur - 1]
+            s = at.byte(cur - 1)
             ok &= (s == 43) | (s == 45)
             e = np.where(s == 45, -e, e)
-            cur = cur - 1
-        ok &= a[cur - 1] == fmt.exp[0]
-        cur = cur - 1
+            cur -= 1
+        ok &= at.byte(cur - 1) == fmt.exp[0]
+        cur -= 1
     frac = 0.0
     if fmt.frac:
-        y = wv[cur - 8] ^ _ZEROS
+        y = at.word(cur - 8) ^ _ZEROS
         top = ~_LOW[8 - fmt.frac]
         f = (((y & _LO7) + np.uint64(0x7676767676767676)) | y) & _HI & top
         ok &= f == 0
         frac = _eight_digits(y & top).astype(np.float64)
-        cur = cur - fmt.frac
+        cur -= fmt.frac
     if fmt.dot:
-        ok &= a[cur - 1] == 46
-        cur = cur - 1
-    li = cur - st  # bytes of the integer part, blanks and sign included
+        ok &= at.byte(cur - 1) == 46
+        cur -= 1
+    li = ln + cur  # bytes of the integer part, blanks and sign included (cur <= 0)
     ok &= (li >= 1) & (li <= 16)
     li = np.clip(li, 0, 16)
     lo_out = _LOW[8 - np.minimum(li, 8)]
-    x = wv[cur - 8]
+    x = at.word(cur - 8)
     ok_lo, v_lo, nd_lo, neg_lo, all_lo = _int_word((x & ~lo_out) | (_BLANKS & lo_out))
     if (li > 8).any():
         hi_out = _LOW[8 - np.clip(li - 8, 0, 8)]
-        x = wv[cur - 16]
+        x = at.word(cur - 16)
         xh = (x & ~hi_out) | (_BLANKS & hi_out)
         ok_hi, v_hi, nd_hi, neg_hi, _ = _int_word(xh)
         # digits only in the low word: the high word is blanks; else the low word is all digits, the high word tidy

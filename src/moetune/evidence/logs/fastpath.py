@@ -360,14 +360,15 @@ def _fixed_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
             continue
         lo, hi = tp[j] + 1 + len(key), tp[j + 1]
         value = line0[lo:hi]
-        if (rows[:, lo:hi] == tmpl[lo:hi]).all():
+        far = text[n // 2 * (width + 1) + 1:][lo:hi], text[(n - 1) * (width + 1) + 1:][lo:hi]
+        if far == (value, value) and (rows[:, lo:hi] == tmpl[lo:hi]).all():
             out.append(np.full(n, num(value)))  # one value on every line (batch size, loss scale, counters)
             continue
         try:
             fmt = bulknum.NumberFormat(value)
         except ValueError:
             return None
-        out.append(bulknum.parse_numbers(text, starts + lo, starts + hi, fmt))
+        out.append(bulknum.parse_fixed(text, 1, width + 1, n, lo, hi, fmt))
     return out
 
 
