@@ -241,17 +241,25 @@ def parse_swar(buf: bytes, st: np.ndarray, en: np.ndarray, fmt: NumberFormat) ->
     return _swar(_Gathered(buf, en), en - st, len(st), fmt)
 
 
+def shaped_fixed(buf: bytes, first: int, stride: int, n: int, lo: int, hi: int, fmt: NumberFormat) \
+        -> tuple[np.ndarray, np.ndarray] | None:
+    """:func:`parse_shaped` of the values at ``[lo, hi)`` of ``n`` rows of ``stride`` bytes from ``first`` (lines of
+    one length), on strided views; None when the format needs the general parser."""
+    if fmt.frac > 8 or fmt.exp_digits > 3 or first + hi - 16 - fmt.tail < 0:
+        return None
+    got = _swar(_Strided(buf, first + hi, stride, n), hi - lo, n, fmt)
+    if got is not None and not isinstance(got[1], np.ndarray):
+        return got[0], np.full(n, bool(got[1]))
+    return got
+
+
 def parse_fixed(buf: bytes, first: int, stride: int, n: int, lo: int, hi: int, fmt: NumberFormat) -> np.ndarray:
     """``num`` of the values at ``[lo, hi)`` of ``n`` rows of ``stride`` bytes from ``first`` (lines of one length)."""
-    got = None
-    if fmt.frac <= 8 and fmt.exp_digits <= 3 and first + hi - 16 - fmt.tail >= 0:
-        got = _swar(_Strided(buf, first + hi, stride, n), hi - lo, n, fmt)
+    got = shaped_fixed(buf, first, stride, n, lo, hi, fmt)
     if got is None:
         starts = first + stride * np.arange(n, dtype=np.int64)
         return parse_numbers(buf, starts + lo, starts + hi, fmt)
     out, ok = got
-    if not isinstance(ok, np.ndarray):
-        ok = np.full(n, bool(ok))
     for i in np.flatnonzero(~ok).tolist():
         p = first + i * stride
         out[i] = num(buf[p + lo:p + hi])

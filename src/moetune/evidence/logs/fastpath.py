@@ -223,12 +223,11 @@ class Layout:
 def template_columns(lay: Layout, text: bytes, n: int) -> list[np.ndarray] | None:
     """The columns of :meth:`Layout.run_columns` (float64 arrays) when all ``n`` lines of ``text`` are of the template
     its first line sets (:mod:`.bulknum`, exact checks on the bytes), else None."""
-    a = np.frombuffer(text, dtype=np.uint8)
-    nl = np.flatnonzero(a == 10)
-    if len(nl) != n or nl[0] != 0 or text[-1:] != b"|":
+    if text[:1] != b"\n" or text[-1:] != b"|":
         return None
+    end0 = text.find(b"\n", 1)
+    end0 = len(text) if end0 < 0 else end0
     m = lay.rx_bulk.match(text)
-    end0 = nl[1] if n > 1 else len(text)
     if m is None or m.end() != end0:
         return None
     line0 = text[1:end0]
@@ -236,10 +235,14 @@ def template_columns(lay: Layout, text: bytes, n: int) -> list[np.ndarray] | Non
     npipe = len(keys) + 1
     if line0.count(b"|") != npipe:
         return None
+    a = np.frombuffer(text, dtype=np.uint8)
     if len(text) == n * len(line0) + n and n > 1:  # every line as long as the first (the common case)
         got = _fixed_columns(lay, text, n, line0, m)
         if got is not None:
             return got
+    nl = np.flatnonzero(a == 10)
+    if len(nl) != n or nl[0] != 0:
+        return None
     pipes = np.flatnonzero(a == 124)
     if len(pipes) != n * npipe:
         return None
@@ -323,6 +326,8 @@ def _fixed_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
     are converted once."""
     width = len(line0)
     a = np.frombuffer(text, dtype=np.uint8)
+    if not (a[::width + 1] == 10).all() or np.count_nonzero(a == 10) != n:  # the lines are the rows
+        return None
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
     tp = np.flatnonzero(np.frombuffer(line0, dtype=np.uint8) == 124)
     if np.count_nonzero(a == 124) != n * len(tp) or not (rows[:, tp] == 124).all():
@@ -340,7 +345,6 @@ def _fixed_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
     diff &= mask[:last]
     if diff.any() or not ((rows[:, digit] - 48) < 10).all() or not (rows[:, numeric[0][0]] == 32).all():
         return None
-    starts = np.arange(1, len(text), width + 1, dtype=np.int64)
     out = []
     for lo, hi in numeric:
         value = line0[lo:hi]
@@ -351,16 +355,17 @@ def _fixed_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
             fmt = bulknum.NumberFormat(value, signed=False)
         except ValueError:
             return None
-        v, ok = bulknum.parse_shaped(text, starts + lo, starts + hi, fmt)
-        if not ok.all():
+        got = bulknum.shaped_fixed(text, 1, width + 1, n, lo, hi, fmt)
+        if got is None or not got[1].all():
             return None
-        out.append(v)
+        out.append(got[0])
     for j, (key, needed) in enumerate(lay.keys):
         if not needed:
             continue
         lo, hi = tp[j] + 1 + len(key), tp[j + 1]
         value = line0[lo:hi]
-        far = text[n // 2 * (width + 1) + 1:][lo:hi], text[(n - 1) * (width + 1) + 1:][lo:hi]
+        mid, end = n // 2 * (width + 1) + 1, (n - 1) * (width + 1) + 1
+        far = text[mid + lo:mid + hi], text[end + lo:end + hi]
         if far == (value, value) and (rows[:, lo:hi] == tmpl[lo:hi]).all():
             out.append(np.full(n, num(value)))  # one value on every line (batch size, loss scale, counters)
             continue

@@ -190,6 +190,8 @@ class Parser:
         self.key_cache: dict[bytes, tuple[str, Any]] = {}
         self.layout_keys: set[tuple[bytes, ...]] = set()
         self.timer_names: dict[bytes, str] = {}
+        #: memory-report field key as printed -> its normalised name (see memory_text)
+        self.memory_keys: dict[bytes, str] = {}
         self.sources: set[str] = set()
         self.on_layout: Any = None
         self.append_row: Any = rec.iterations.append_values
@@ -462,15 +464,20 @@ class Parser:
         unit = m.group(3)
         scale = {b"MB": 2**20, b"MiB": 2**20, b"GB": 1e9, b"GiB": 2**30, b"bytes": 1.0}[unit]
         values: dict[str, float] = {}
-        for fm in P.MEMORY_FIELD.finditer(text, m.end()):
-            key = fm.group(1).decode("utf-8", "replace").strip().lower()
-            if key.startswith("mem-"):
-                key = key[4:]
-            for suffix in ("-gigabytes", "-megabytes", "-bytes"):
-                if key.endswith(suffix):
-                    key = key[: -len(suffix)]
-            key = key.replace("-", " ")
-            x = num(fm.group(2))
+        keys = self.memory_keys
+        for raw, xs in P.MEMORY_FIELD.findall(text, m.end()):
+            key = keys.get(raw)
+            if key is None:
+                key = raw.decode("utf-8", "replace").strip().lower()
+                if key.startswith("mem-"):
+                    key = key[4:]
+                for suffix in ("-gigabytes", "-megabytes", "-bytes"):
+                    if key.endswith(suffix):
+                        key = key[: -len(suffix)]
+                key = key.replace("-", " ")
+                if len(keys) < 1024:  # bounded: a log prints a handful of memory keys
+                    keys[raw] = key
+            x = num(xs)
             values[key] = x if key in ("alloc retires", "allocated count") else x * scale
         if len(rec.memory_reports) < MAX_MEMORY_REPORTS:
             rec.memory_reports.append(MemoryReport(line_no, int(m.group(1)), int(m.group(2)),
