@@ -305,11 +305,11 @@ def _swar(at: _Gathered | _Strided, ln: np.ndarray | int, n: int, fmt: NumberFor
         cur -= 1
     li = ln + cur  # bytes of the integer part, blanks and sign included (cur <= 0)
     ok &= (li >= 1) & (li <= 16)
-    li = np.clip(li, 0, 16)
+    li = min(max(li, 0), 16) if isinstance(li, int) else np.clip(li, 0, 16)
     lo_out = _LOW[8 - np.minimum(li, 8)]
     x = at.word(cur - 8)
     ok_lo, v_lo, nd_lo, neg_lo, all_lo = _int_word((x & ~lo_out) | (_BLANKS & lo_out))
-    if (li > 8).any():
+    if np.any(li > 8):
         hi_out = _LOW[8 - np.clip(li - 8, 0, 8)]
         x = at.word(cur - 16)
         xh = (x & ~hi_out) | (_BLANKS & hi_out)
