@@ -697,9 +697,12 @@ class BulkIterations:
         """Lines guessed to have one layout, in bulk (one regex pass over the joined lines, then the numbers column by
         column); lines that turn out not to be of this layout go back to the recognisers."""
         text = b"\n".join(raw)
-        groups = [] if b"\r" in text or b"\x1b" in text else lay.rx_bulk.findall(b"\n" + text)
-        if len(groups) != len(raw):
-            groups = lay.rx_multi.findall(text)
+        if b"\r" not in text and b"\x1b" not in text:  # all of the layout: as a run (numpy when of one template)
+            cols = lay.run_columns(b"\n" + text, len(raw))
+            if cols is not None:
+                self.parser.rec.recognised_lines += len(lines)
+                return self._block(lay, cols, lines)
+        groups = lay.rx_multi.findall(text)
         if len(groups) != len(raw):  # some line is not of this layout: match one by one
             groups, ok_lines = [], []
             for ln, line in zip(lines, raw, strict=True):
