@@ -4,6 +4,7 @@ requests."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -198,3 +199,15 @@ def test_bad_worker_count_is_one_line_error(cli, monkeypatch):
     r = cli("plan", "--model", "Qwen3-30B-A3B", "--gpus", "64", "--gbs", "1024")
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.returncode == 2 and len(errors) == 1 and "MOETUNE_WORKERS" in errors[0] and "Traceback" not in r.stderr
+
+
+def test_first_fit_stops_at_the_first_offloaded_fit():
+    """first_fit (the 'use N GPUs' suggestions) answers whether anything fits and one example: when only offloading
+    fits, the offload pass stops at its first fitting layout instead of pricing the 256 closest misses."""
+    req = PlanRequest(model=get_model("Llama-3-70B"), system=get_system("DGX-H100"), gpus=8, global_batch_size=64,
+                      seq_length=8192, workers=1)
+    full = plan(req)
+    first = plan(replace(req, first_fit=True))
+    assert full.candidates and first.candidates and "offload" in " ".join(first.notes)
+    assert first.candidates[0].recompute_rank >= 100  # an offloaded configuration
+    assert first.feasible < full.feasible and first.searched < full.searched
