@@ -3,9 +3,9 @@
 One pass over the file in binary mode (4 MiB chunks), in memory bounded by the number of *iterations* (packed numeric
 columns, ~24 bytes per logged iteration, see :mod:`.columns`) and small capped lists of evidence lines, never by the
 size of the text. Each chunk goes to :meth:`.fastpath.BulkIterations.scan_chunk`: stretches of complete iteration
-lines of a layout seen before (the bulk of a training log) are recognised on the raw bytes (numpy finds the lines, one
-regex pass per chunk checks and captures their fields) and converted column by column, without a Python object per
-line; the other lines go to :class:`.parser.Parser`, which offers each to the recognisers of :mod:`.recognisers`
+lines of a layout seen before (the bulk of a training log) are recognised on the raw bytes (numpy finds the lines;
+lines of one template are checked and their numbers converted with numpy, :mod:`.bulknum`, others by one regex pass
+per chunk) and converted column by column, without a Python object per line; the other lines go to :class:`.parser.Parser`, which offers each to the recognisers of :mod:`.recognisers`
 (literal triggers first; only candidate lines reach a regex, and only lines kept as evidence are decoded). On that
 line path, two kinds of line also skip the recognisers while no record or block is open: complete iteration lines of
 a known layout (queued for :mod:`.fastpath`, parsed in batches) and NCCL ``Connection closed`` chatter past its
