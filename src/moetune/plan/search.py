@@ -8,6 +8,10 @@ Order of the workflow, as implemented (:func:`plan`, then :class:`Search`):
 1. **Enumerate** every layout Megatron accepts (:func:`moetune.plan.space.enumerate_layouts`).
 2. **Fit** each layout with the least recompute that fits the headroom policy: no recompute, then the selective
    ladder (:data:`moetune.plan.space.SELECTIVE_LADDER`, narrowest first), then full recompute (when allowed).
+   The ladder stops at the first option under which every feature variant fits; while a variant that needs
+   memory (CUDA graphs' static buffers, a dispatcher's buffers) does not fit, it goes on, since more recompute
+   can make room for a feature that saves more than the recompute costs (DeepSeek-V3 on 256 DGX-B200, the
+   published TP1 PP8 VP2 EP32: graphs fit only with ``mla_up_proj`` recompute, 19.92 against 21.38 s/step).
    A layout whose *floor* (full recompute) does not fit is pruned — no feature can make it fit (proof: every
    activation-saving feature the search enumerates is bounded by the full-recompute activations).
    Offloading is tried only when no layout fits without it.
@@ -288,6 +292,10 @@ def _graph_variants(req: PlanRequest, recompute: dict) -> list[dict]:
         return [off]  # TE-scoped graphs exclude full recompute (docs/domain.md §6.4)
     scope = ("attn", "moe_router", "moe_preprocess") if req.model.is_moe else ("attn", "mlp")
     return [off, {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}]
+
+
+#: :meth:`Search.consider` answers: no feature variant of the recompute option fits, some do, every one does
+NONE_FIT, SOME_FIT, ALL_FIT = 0, 1, 2
 
 
 def _layout(lp: LayoutPoint) -> Layout:
@@ -574,11 +582,14 @@ class Search:
                         # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
                         # on exactly as after pricing them: it stops if any of them fits
                         self.pruned_bound += 1
-                        if self.consider(lp, mode, rank, rec, dry=True):
+                        if self.consider(lp, mode, rank, rec, dry=True) == ALL_FIT:
                             break
                         continue
-                if self.consider(lp, mode, rank, rec):
-                    break  # least recompute that fits wins; more recompute only adds time
+                if self.consider(lp, mode, rank, rec) == ALL_FIT:
+                    # every variant fits: more recompute only adds time to the same variants. While some variant
+                    # (CUDA graphs, another dispatcher's buffers) does not fit, the ladder goes on: more recompute
+                    # can make room for a feature that saves more than the recompute costs
+                    break
 
     def offload_pass(self) -> None:
         """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256
@@ -594,7 +605,7 @@ class Search:
             if req.first_fit and self.best_by_layout:
                 break  # first_fit: whether anything fits and an example (as in :meth:`pass_2`)
             for rank, rec in self.rec_opts:
-                if self.consider(lp, mode, 100 + rank, rec, OFFLOAD_UPDATES):
+                if self.consider(lp, mode, 100 + rank, rec, OFFLOAD_UPDATES) == ALL_FIT:
                     break
 
     def result(self) -> PlanResult:
@@ -607,12 +618,14 @@ class Search:
                           self.rejected, miss, self.notes, self.per_layout, self.rejected_rules, self.starts)
 
     def consider(self, lp: LayoutPoint, mode: tuple[str, bool], rank: int, rec: dict, extra: dict | None = None,
-                 dry: bool = False) -> bool:
-        """Price and record the feature variants of a layout with recompute ``rec``; True when any fits. ``dry``:
-        only that answer (for an option none of whose variants could be recorded)."""
+                 dry: bool = False) -> int:
+        """Price and record the feature variants of a layout with recompute ``rec``; returns :data:`NONE_FIT`,
+        :data:`SOME_FIT` or :data:`ALL_FIT` (truthy when any fits). ``dry``: only that answer (for an option none
+        of whose variants could be recorded)."""
         req = self.req
         upd = {**rec, **(extra or {})}
         any_ok = False
+        all_ok = True
         lk = lp.key()
         for disp in _dispatcher_variants(req, lp):
             for gr in _graph_variants(req, rec):
@@ -621,9 +634,9 @@ class Search:
                     feats = self.features(mode, lp, {**upd, **disp, **ov, **gr})
                     if ok is None:
                         ok = self.fits(lp, feats)
+                        any_ok = any_ok or ok
+                        all_ok = all_ok and ok
                     if dry:
-                        if ok:
-                            return True
                         break
                     self.searched += 1
                     if not ok:
@@ -631,7 +644,6 @@ class Search:
                     job = self.job_of(lp, feats)
                     step = self.time_of(lp, feats, job).step  # = estimate_time(job).step_time_s
                     self.feasible += 1
-                    any_ok = True
                     prev = self.best_by_layout.get(lk)
                     # the checker runs only where the result could matter: a new best for this layout that can
                     # still enter the reported top-K (every reported candidate has passed it)
@@ -649,7 +661,7 @@ class Search:
                     c = Candidate(job, lp, self.full_memory_of(lp, feats), estimate_time(job, self.eff), findings,
                                   rank)
                     self.record(lk, c, step, prev is None)
-        return any_ok
+        return ALL_FIT if all_ok and any_ok else SOME_FIT if any_ok else NONE_FIT
 
     def record(self, lk: tuple, c: Candidate, step: float, new_layout: bool) -> None:
         """Keep ``c`` as the best of its layout; a new layout enters the top-K heap (the bound)."""
