@@ -809,6 +809,8 @@ def _layer_prices(prof: Profile, eff: Efficiency) -> tuple[Rates, float, dict[tu
     if feat.moe_token_dispatcher_type == "flex":
         n_sms = feat.moe_flex_dispatcher_num_sms or (consts["deepep_sms"] if feat.moe_flex_dispatcher_backend
                                                      == "deepep" else consts["hybridep_sms"])
+    elif feat.moe_token_dispatcher_type == "alltoall":
+        n_sms = consts["alltoall_sms"]  # NCCL all-to-all kernels: one CTA per channel (catalog source)
     sm_frac = n_sms / sysm.gpu.sm_count
     q = PriceInputs(
         r, tuple(prof.recompute_frac.items()), prof.full_recompute_frac, prof.recompute_a2a, lay.tp, lay.cp,
