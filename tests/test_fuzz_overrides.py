@@ -71,3 +71,11 @@ def test_check_random_overrides_never_traceback(ovr):
 def test_estimate_random_overrides_never_traceback(ovr):
     code, stdout, stderr = run(["estimate", "--bridge-config", str(BRIDGE_YAML), "--gpus", "8", *ovr, "--json"])
     _assert_clean(code, stdout, stderr)
+
+
+def test_meta_override_is_a_one_line_error():
+    """Found by hypothesis: ``_meta=1`` replaced moetune's recipe record with an int (AttributeError in check)."""
+    for ovr in ("_meta=1", "_meta.system=DGX-H100", "~_meta"):
+        code, stdout, stderr = run(["check", "--recipe", RECIPE, ovr, "--json"])
+        _assert_clean(code, stdout, stderr)
+        assert code == 2

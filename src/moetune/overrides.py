@@ -42,6 +42,7 @@ def parse_override(text: str) -> tuple[str, Any, str]:
         key = s[1:].split("=", 1)[0].strip()
         if not key:
             raise InputError(f"override {text!r}: expected ~key.path")
+        _refuse_internal(text, key)
         return key, None, "del"
     if s.startswith("+"):
         op, s = "add", s.lstrip("+")
@@ -51,7 +52,14 @@ def parse_override(text: str) -> tuple[str, Any, str]:
     key = key.strip()
     if not key or any(not part.isidentifier() for part in key.split(".")):
         raise InputError(f"override {text!r}: key {key!r} is not a dotted field path")
+    _refuse_internal(text, key)
     return key, parse_value(value), op
+
+
+def _refuse_internal(text: str, key: str) -> None:
+    """``_meta`` holds what moetune read from the recipe or config (model, system, GPUs); it is not a config field."""
+    if key.split(".", 1)[0] == "_meta":
+        raise InputError(f"override {text!r}: '_meta' is moetune's record of the recipe, not a config section")
 
 
 def set_path(cfg: dict, path: str, value: Any) -> None:
