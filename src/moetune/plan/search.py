@@ -580,7 +580,7 @@ class Search:
                         break
                     if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
                         # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
-                        # on exactly as after pricing them: it stops if any of them fits
+                        # on exactly as after pricing them: it stops if every one of them fits
                         self.pruned_bound += 1
                         if self.consider(lp, mode, rank, rec, dry=True) == ALL_FIT:
                             break
