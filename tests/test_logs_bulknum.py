@@ -115,13 +115,23 @@ def _regex_columns(lay: fastpath.Layout, text: bytes, n: int) -> list[np.ndarray
 
 
 def _without_fixed(lay: fastpath.Layout, text: bytes, n: int) -> list[np.ndarray] | None:
-    """template_columns with the fixed-width path switched off (the per-line gather path)."""
-    orig = fastpath._fixed_columns
-    fastpath._fixed_columns = lambda *args: None
+    """template_columns with the fixed-width paths (shape, fixed columns) switched off (the per-line gather path)."""
+    orig = fastpath._fixed_columns, fastpath._shape_columns
+    fastpath._fixed_columns = fastpath._shape_columns = lambda *args: None
     try:
         return fastpath.template_columns(lay, text, n)
     finally:
-        fastpath._fixed_columns = orig
+        fastpath._fixed_columns, fastpath._shape_columns = orig
+
+
+def _without_shape(lay: fastpath.Layout, text: bytes, n: int) -> list[np.ndarray] | None:
+    """template_columns with the one-shape path switched off (the fixed-columns path)."""
+    orig = fastpath._shape_columns
+    fastpath._shape_columns = lambda *args: None
+    try:
+        return fastpath.template_columns(lay, text, n)
+    finally:
+        fastpath._shape_columns = orig
 
 
 def _clean(line: str, it: int) -> str:
@@ -178,6 +188,51 @@ def test_property_template_columns_equal_the_regex(seed, n, p_bad):
     assert len(got) == len(ref)
     for g, r in zip(got, ref, strict=True):
         assert all(_same(a, b) for a, b in zip(g, r, strict=True))
+
+
+def _redigit(rnd: random.Random, line: str, it: int, p_junk: float) -> str:
+    """The line with every digit right of the head replaced by a random digit (the same shape), exponent signs
+    flipped at random, and with probability ``p_junk`` one byte replaced by a junk byte."""
+    line = _clean(line, it)
+    h = line.index("|")
+    out = list(line)
+    for i in range(h, len(out)):
+        if out[i].isdigit():
+            out[i] = str(rnd.randrange(10))
+        elif out[i] in "+-" and out[i - 1] in "eE" and rnd.random() < 0.3:
+            out[i] = "+" if out[i] == "-" else "-"
+    if rnd.random() < p_junk:
+        i = rnd.randrange(len(out))
+        out[i] = chr(rnd.choice(_JUNK + b",|:"))
+    return "".join(out)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 2**32), st.integers(2, 80), st.floats(0, 0.2))
+def test_property_shape_columns_equal_the_regex(seed, n, p_junk):
+    """Runs of one shape (random digits in the template's places, random exponent signs, exponents past the exact
+    range, now and then a junk byte): the shape path's columns equal the regex's captures converted one by one and
+    the fixed-columns path's; a run with no junk is taken by the shape path."""
+    lay, head = _layout()
+    rnd = random.Random(seed)
+    lines = [_clean(head, 1000 + i) if i == 0 else _redigit(rnd, head, 1000 + i, p_junk) for i in range(n)]
+    text = ("\n" + "\n".join(lines)).encode()
+    line0 = lines[0].encode()
+    m = lay.rx_bulk.match(text)
+    shaped = fastpath._shape_columns(lay, text, n, line0, m) if len(text) == n * len(line0) + n else None
+    ref = _regex_columns(lay, text, n)
+    if shaped is None:
+        assert p_junk > 0 or len(text) != n * len(line0) + n
+        return
+    assert ref is not None, "accepted a run the regex does not match"
+    fixed = _without_shape(lay, text, n)
+    assert fixed is not None
+    for cols in (ref, fixed):
+        assert len(shaped) == len(cols)
+        for g, r in zip(shaped, cols, strict=True):
+            assert all(_same(a, b) for a, b in zip(g, r, strict=True))
+    assert all(_same(a, b) for g, r in zip(fastpath.template_columns(lay, text, n), ref, strict=True)
+               for a, b in zip(g, r, strict=True))
 
 
 def test_template_columns_take_clean_runs():

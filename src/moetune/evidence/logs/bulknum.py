@@ -334,3 +334,99 @@ def _swar(at: _Gathered | _Strided, ln: np.ndarray | int, n: int, fmt: NumberFor
     if not fmt.signed:
         ok &= ~neg
     return np.where(neg, -v, v), ok
+
+
+# ------------------------------------------------------------------ one shape: every value's digits at fixed columns
+class Shape:
+    """The digit layout of a template line (lines of one length): which columns may hold any digit, which must equal
+    the template byte, and how the digits of each converted value combine (a row of ``weights`` per value).
+
+    ``spans``: per converted value, its ``[lo, hi)`` columns (between ``key:`` and ``|``, or the iteration / total);
+    ``free``: further column ranges whose template digits may be any digit (the timestamp's, unconverted values').
+    Raises ValueError when a converted value is not ``[-]digits[.digits][(E|e)[+-]digits]`` with blanks around, has
+    more than :data:`_MAX_DIGITS` mantissa digits or more than 3 exponent digits (then the general path applies).
+    """
+
+    __slots__ = ("base", "lim", "digit_cols", "weights", "frac", "neg", "exp_fields", "plain")
+
+    def __init__(self, tmpl: bytes, spans: list[tuple[int, int]], free: list[tuple[int, int]]) -> None:
+        t = np.frombuffer(tmpl, dtype=np.uint8)
+        isdig = (t - 48) < 10
+        anyd = np.zeros(len(t), dtype=bool)
+        for lo, hi in [*spans, *free]:
+            anyd[lo:hi] = isdig[lo:hi]
+        #: row - base <= lim (uint8 wrap-around): a digit where the template has one in a span, else the template byte
+        self.base = np.where(anyd, 48, t).astype(np.uint8)
+        self.lim = np.where(anyd, 9, 0).astype(np.uint8)
+        cols: list[int] = []
+        mant: list[tuple[int, list[int], int]] = []  # per value: (value index, its mantissa columns, frac digits)
+        exps: list[tuple[int, list[int], int | None]] = []  # per E value: (value index, exponent columns, sign column)
+        frac, neg = [], []
+        for i, (lo, hi) in enumerate(spans):
+            core = tmpl[lo:hi].strip(b" ")
+            m = _CORE.fullmatch(core)
+            if m is None or not core:
+                raise ValueError(tmpl[lo:hi])
+            c0 = lo + tmpl[lo:hi].index(core)
+            ip = [c0 + m.start(2) + k for k in range(len(m.group(2)))]
+            fp = [c0 + m.start(4) + k for k in range(len(m.group(4) or b""))] if m.group(3) else []
+            if len(ip) + len(fp) > _MAX_DIGITS:
+                raise ValueError(core)
+            mant.append((i, ip + fp, len(fp)))
+            frac.append(len(fp))
+            neg.append(bool(m.group(1)))
+            if m.group(5):
+                ep = [c0 + m.start(7) + k for k in range(len(m.group(7)))]
+                if len(ep) > 3:
+                    raise ValueError(core)
+                sign = c0 + m.start(6) if m.group(6) else None
+                if sign is not None:  # "+" or "-" (43 or 45; 44 "," is checked out in columns())
+                    self.base[sign], self.lim[sign] = 43, 2
+                exps.append((i, ep, sign))
+        for _, c, _f in mant:
+            cols.extend(c)
+        for _, c, _s in exps:
+            cols.extend(c)
+        self.digit_cols = np.array(cols, dtype=np.intp)
+        #: per converted value, then per exponent: its rows of the gathered digits and their place values
+        self.weights: list[tuple[int, int, np.ndarray]] = []
+        r = 0
+        for _, c, _f in [*mant, *exps]:
+            self.weights.append((r, r + len(c), _P10[np.arange(len(c) - 1, -1, -1)]))
+            r += len(c)
+        self.frac = np.array(frac)
+        self.neg = np.array(neg)
+        self.exp_fields = [(i, len(spans) + j, s) for j, (i, _, s) in enumerate(exps)]
+        self.plain = np.array([i for i in range(len(spans)) if i not in {e[0] for e in self.exp_fields}],
+                              dtype=np.intp)
+
+    def columns(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """The converted values of ``rows`` ((n, width) uint8, each a line), one column per span, and the rows whose
+        values the fast path converts (the others: exponent out of range, see module docstring); None unless every
+        row is of the shape (its template bytes, digits where the template's spans have digits)."""
+        d = rows - self.base
+        if (d > self.lim).any():
+            return None
+        for _, _, sign in self.exp_fields:
+            if sign is not None and (rows[:, sign] == 44).any():
+                return None
+        digits = np.ascontiguousarray((rows[:, self.digit_cols] - np.uint8(48)).T, dtype=np.float64)
+        # each value's digits times their place values: integers below 2**53, exact in any summation order
+        m = [w @ digits[lo:hi] for lo, hi, w in self.weights]
+        k = len(self.frac)
+        out = np.empty((len(rows), k))
+        ok = np.ones(len(rows), dtype=bool)
+        for i in self.plain.tolist():
+            f = int(self.frac[i])
+            out[:, i] = m[i] / _P10[f] if f else m[i]
+        for i, ec, sign in self.exp_fields:
+            e = m[ec]
+            if sign is not None:
+                e = np.where(rows[:, sign] == 45, -e, e)
+            p = e - self.frac[i]
+            ok &= np.abs(p) <= 22
+            pi = np.clip(p, -22, 22).astype(np.int64)
+            out[:, i] = np.where(pi >= 0, m[i] * _P10[np.maximum(pi, 0)], m[i] / _P10[np.maximum(-pi, 0)])
+        if self.neg.any():
+            out[:, self.neg] = -out[:, self.neg]
+        return out, ok

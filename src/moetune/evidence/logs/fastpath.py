@@ -237,6 +237,9 @@ def template_columns(lay: Layout, text: bytes, n: int) -> list[np.ndarray] | Non
         return None
     a = np.frombuffer(text, dtype=np.uint8)
     if len(text) == n * len(line0) + n and n > 1:  # every line as long as the first (the common case)
+        got = _shape_columns(lay, text, n, line0, m)
+        if got is not None:
+            return got
         got = _fixed_columns(lay, text, n, line0, m)
         if got is not None:
             return got
@@ -316,6 +319,42 @@ def _head_template(line0: bytes, m: re.Match[bytes]) -> tuple[int, np.ndarray, n
     numeric = ((col >= it0) & (col < e1)) | ((col > slash) & (col < e2))
     digit = (col < it0 - len(b"iteration")) & ((tmpl - 48) < 10)
     return h, np.flatnonzero(~numeric & ~digit), np.flatnonzero(digit), [(it0, e1), (slash + 1, e2)]
+
+
+def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[bytes]) -> list[np.ndarray] | None:
+    """:func:`template_columns` for a run whose lines all have the template's shape (the common case): each line
+    equals the template byte for byte except that digits of the timestamp and of the values may be any digits (and
+    an exponent's sign either sign); then every value is at the template's columns in the template's format, and all
+    are converted together (:class:`.bulknum.Shape`). None when some line is not of that shape."""
+    width = len(line0)
+    a = np.frombuffer(text, dtype=np.uint8)
+    if not (a[::width + 1] == 10).all():  # the n lines (each after a "\n", as the caller gives them) are the rows
+        return None
+    tp = np.flatnonzero(np.frombuffer(line0, dtype=np.uint8) == 124).tolist()
+    if len(tp) != len(lay.keys) + 1:
+        return None
+    h, _lit, _digit, numeric = _head_template(line0, m)
+    it0 = numeric[0][0]
+    spans = list(numeric)
+    free = [(0, max(it0 - len(b"iteration"), 0))]
+    for j, (key, needed) in enumerate(lay.keys):
+        if line0[tp[j] + 1:tp[j] + 1 + len(key)] != key:
+            return None
+        (spans if needed else free).append((tp[j] + 1 + len(key), tp[j + 1]))
+    try:
+        shape = bulknum.Shape(line0, spans, free)
+    except ValueError:
+        return None
+    rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
+    got = shape.columns(rows)
+    if got is None:
+        return None
+    vals, ok = got
+    for i in np.flatnonzero(~ok).tolist():  # exponent out of the exact range: float() of those values
+        p = 1 + i * (width + 1)
+        for c, (lo, hi) in enumerate(spans):
+            vals[i, c] = num(text[p + lo:p + hi])
+    return list(vals.T)
 
 
 def _fixed_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[bytes]) -> list[np.ndarray] | None:
