@@ -210,7 +210,7 @@ def main() -> None:
               f"{m['rss_kb'] / 1024:.0f} |")
     print()
     print("samples MB: the per-iteration columns as stored (IterationTable.nbytes, packed lossless chunks). Besides them "
-          "the reader holds only bounded buffers (4 MiB chunks, 8192-line batches, capped evidence lists) and, while "
+          "the reader holds only bounded buffers (2 MiB chunks, 8192-line batches, capped evidence lists) and, while "
           "resolving segments at the end, a few decoded float64 columns (8 B x iterations each); nothing grows with "
           "the text volume. The analysis may import scipy (Mann-Whitney test of a level shift), which adds to the RSS "
           "after analysis. The stress mix repeats a few dozen template lines, so its values repeat more than a real "

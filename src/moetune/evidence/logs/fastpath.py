@@ -727,9 +727,11 @@ class BulkIterations:
                         col = extras[key] = np.full(k, np.nan)
                     col[off:off + len(b)] = v
                 off += len(b)
-            order = np.argsort(block[:, C_LINE], kind="stable")
-            block = block[order]
-            extras = {key: v[order] for key, v in extras.items()}
+            at = block[:, C_LINE]
+            if (at[1:] < at[:-1]).any():  # not in line order already (a stable sort of sorted rows is the identity)
+                order = np.argsort(at, kind="stable")
+                block = block[order]
+                extras = {key: v[order] for key, v in extras.items()}
         self.parser.rec.iterations.extend_block(block, extras)
 
     def _parse(self, lay: Layout, raw: list[bytes], lines: list[int]) -> tuple[np.ndarray, dict] | None:
