@@ -347,7 +347,7 @@ class Shape:
     more than :data:`_MAX_DIGITS` mantissa digits or more than 3 exponent digits (then the general path applies).
     """
 
-    __slots__ = ("base", "lim", "digit_cols", "weights", "frac", "neg", "exp_fields", "plain")
+    __slots__ = ("lo", "hi", "digit_cols", "weights", "frac", "neg", "exp_fields", "plain")
 
     def __init__(self, tmpl: bytes, spans: list[tuple[int, int]], free: list[tuple[int, int]]) -> None:
         t = np.frombuffer(tmpl, dtype=np.uint8)
@@ -355,9 +355,10 @@ class Shape:
         anyd = np.zeros(len(t), dtype=bool)
         for lo, hi in [*spans, *free]:
             anyd[lo:hi] = isdig[lo:hi]
-        #: row - base <= lim (uint8 wrap-around): a digit where the template has one in a span, else the template byte
-        self.base = np.where(anyd, 48, t).astype(np.uint8)
-        self.lim = np.where(anyd, 9, 0).astype(np.uint8)
+        #: per column, the bytes a row may hold there are lo..hi: a digit where the template has one in a span, else
+        #: the template byte
+        self.lo = np.where(anyd, 48, t).astype(np.uint8)
+        self.hi = np.where(anyd, 57, t).astype(np.uint8)
         cols: list[int] = []
         mant: list[tuple[int, list[int], int]] = []  # per value: (value index, its mantissa columns, frac digits)
         exps: list[tuple[int, list[int], int | None]] = []  # per E value: (value index, exponent columns, sign column)
@@ -381,7 +382,7 @@ class Shape:
                     raise ValueError(core)
                 sign = c0 + m.start(6) if m.group(6) else None
                 if sign is not None:  # "+" or "-" (43 or 45; 44 "," is checked out in columns())
-                    self.base[sign], self.lim[sign] = 43, 2
+                    self.lo[sign], self.hi[sign] = 43, 45
                 exps.append((i, ep, sign))
         for _, c, _f in mant:
             cols.extend(c)
@@ -404,8 +405,8 @@ class Shape:
         """The converted values of ``rows`` ((n, width) uint8, each a line), one column per span, and the rows whose
         values the fast path converts (the others: exponent out of range, see module docstring); None unless every
         row is of the shape (its template bytes, digits where the template's spans have digits)."""
-        d = rows - self.base
-        if (d > self.lim).any():
+        # a column's smallest and largest byte over the rows (no temporary the size of the rows)
+        if (rows.min(axis=0) < self.lo).any() or (rows.max(axis=0) > self.hi).any():
             return None
         for _, _, sign in self.exp_fields:
             if sign is not None and (rows[:, sign] == 44).any():
