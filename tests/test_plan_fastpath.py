@@ -181,3 +181,25 @@ def test_stage_a2a_seconds_equal_the_full_estimate(req, layouts):
         for d in P._dispatcher_variants(req, lp):
             job = P._job(req, lp, base.model_copy(update=d))
             assert T.stage_a2a_seconds(job) == T.estimate_walls(job).stage_a2a
+
+
+@pytest.mark.parametrize("model,gpus,gbs,kw", [
+    ("Qwen3-30B-A3B", 16, 1024, {}),
+    ("DeepSeek-V2-Lite", 16, 512, {"precisions": ("fp8_cs",)}),
+])
+def test_each_variant_gets_its_least_fitting_recompute(model, gpus, gbs, kw):
+    """The recompute ladder is per feature variant (module docstring, step 2): a candidate's (dispatcher, CUDA
+    graphs) variant does not fit under any lesser recompute option; the ladder stops once every variant has fitted."""
+    req = _req(model, gpus, gbs, top=8, exact_ranking=True, **kw)
+    res = P.plan(req)
+    assert res.candidates
+    opts = P.Search(req).rec_opts
+    headroom = P.request_headroom(req)
+    for c in res.candidates:
+        lesser = [rec for rank, rec in opts if rank < c.recompute_rank]
+        for rec in lesser:
+            job = c.job.model_copy(update={"features": c.job.features.model_copy(update=rec)})
+            mem = M.estimate_memory(job)
+            device = max(s.device_gib for s in mem.stages)
+            assert not M.fits_capacity(device, req.system.gpu.hbm_gib, headroom), (c.job.layout.short(), rec)
+    assert res.per_layout_best

@@ -6,8 +6,9 @@ Order of the workflow, as implemented (:func:`plan`, then :class:`Search`):
    memory floor (:mod:`moetune.plan.floor`: the model state of the whole model divided by the world size, at the
    least-storing state mode the request allows, plus the per-job runtime tail) already overflows the GPU.
 1. **Enumerate** every layout Megatron accepts (:func:`moetune.plan.space.enumerate_layouts`).
-2. **Fit** each layout with the least recompute that fits the headroom policy: no recompute, then the selective
-   ladder (:data:`moetune.plan.space.SELECTIVE_LADDER`, narrowest first), then full recompute (when allowed).
+2. **Fit** each feature variant of a layout (dispatcher, CUDA graphs) with the least recompute that fits the
+   headroom policy: no recompute, then the selective ladder (:data:`moetune.plan.space.SELECTIVE_LADDER`,
+   narrowest first), then full recompute (when allowed); the ladder stops once every variant has fitted.
    The ladder stops at the first option under which every feature variant fits; while a variant that needs
    memory (CUDA graphs' static buffers, a dispatcher's buffers) does not fit, it goes on, since more recompute
    can make room for a feature that saves more than the recompute costs (DeepSeek-V3 on 256 DGX-B200, the
@@ -570,6 +571,7 @@ class Search:
                 self.pruned_mem += 1
                 self.note_miss(over, lp, mode)
                 continue
+            fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
             for rank, rec in self.rec_opts:
                 if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
                     continue
@@ -580,14 +582,14 @@ class Search:
                         break
                     if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
                         # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
-                        # on exactly as after pricing them: it stops if every one of them fits
+                        # on exactly as after pricing them: it stops once every variant has fitted
                         self.pruned_bound += 1
-                        if self.consider(lp, mode, rank, rec, dry=True) == ALL_FIT:
+                        if self.consider(lp, mode, rank, rec, dry=True, fitted=fitted) == ALL_FIT:
                             break
                         continue
-                if self.consider(lp, mode, rank, rec) == ALL_FIT:
-                    # every variant fits: more recompute only adds time to the same variants. While some variant
-                    # (CUDA graphs, another dispatcher's buffers) does not fit, the ladder goes on: more recompute
+                if self.consider(lp, mode, rank, rec, fitted=fitted) == ALL_FIT:
+                    # every variant has its least recompute that fits. While some variant (CUDA graphs, another
+                    # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
                     # can make room for a feature that saves more than the recompute costs
                     break
 
@@ -618,10 +620,15 @@ class Search:
                           self.rejected, miss, self.notes, self.per_layout, self.rejected_rules, self.starts)
 
     def consider(self, lp: LayoutPoint, mode: tuple[str, bool], rank: int, rec: dict, extra: dict | None = None,
-                 dry: bool = False) -> int:
+                 dry: bool = False, fitted: set[tuple] | None = None) -> int:
         """Price and record the feature variants of a layout with recompute ``rec``; returns :data:`NONE_FIT`,
         :data:`SOME_FIT` or :data:`ALL_FIT` (truthy when any fits). ``dry``: only that answer (for an option none
-        of whose variants could be recorded)."""
+        of whose variants could be recorded).
+
+        ``fitted`` (the recompute ladder of one layout, :meth:`pass_2`): the (dispatcher, CUDA graphs) variants that
+        fitted under a lesser recompute option. Each variant is fitted with the least recompute that fits it (the
+        workflow's order, module docstring step 2), so those are neither tested nor priced again; the ones that fit
+        now are added. ALL_FIT then means every variant of this option has fitted, here or under a lesser option."""
         req = self.req
         upd = {**rec, **(extra or {})}
         any_ok = False
@@ -629,6 +636,11 @@ class Search:
         lk = lp.key()
         for disp in _dispatcher_variants(req, lp):
             for gr in _graph_variants(req, rec):
+                if fitted is not None:
+                    vkey = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
+                            gr["cuda_graph_impl"], gr["cuda_graph_scope"])
+                    if vkey in fitted:
+                        continue
                 ok = None
                 for ov in _overlap_variants(req, lp, rec):
                     feats = self.features(mode, lp, {**upd, **disp, **ov, **gr})
@@ -636,6 +648,8 @@ class Search:
                         ok = self.fits(lp, feats)
                         any_ok = any_ok or ok
                         all_ok = all_ok and ok
+                        if ok and fitted is not None:
+                            fitted.add(vkey)
                     if dry:
                         break
                     self.searched += 1
@@ -661,6 +675,8 @@ class Search:
                     c = Candidate(job, lp, self.full_memory_of(lp, feats), estimate_time(job, self.eff), findings,
                                   rank)
                     self.record(lk, c, step, prev is None)
+        if fitted is not None and all_ok:
+            return ALL_FIT  # every variant has fitted (the ones skipped under a lesser option)
         return ALL_FIT if all_ok and any_ok else SOME_FIT if any_ok else NONE_FIT
 
     def record(self, lk: tuple, c: Candidate, step: float, new_layout: bool) -> None:
