@@ -479,7 +479,8 @@ class BulkIterations:
         runs = list(zip(rs[sel].tolist(), rend[sel].tolist(), strict=True))
         sb, nb = starts, nl  # indexed per run only
         # each run's text: its lines, each after a "\n"
-        texts = [buf[sb[lo] - 1:nb[hi - 1]] if sb[lo] else b"\n" + buf[:nb[hi - 1]] for lo, hi in runs]
+        view = memoryview(buf)  # (slices of it are not copies: _parse_runs joins them in one copy)
+        texts = [view[sb[lo] - 1:nb[hi - 1]] if sb[lo] else b"\n" + buf[:nb[hi - 1]] for lo, hi in runs]
         # per run: (batch, offset of its first row in the batch) or None (the line path)
         where: list[tuple[int, int] | None] = [None] * len(runs)
         batches: list[tuple[Layout, list, list[tuple[int, int]], list[tuple[int, int]]]] = []
@@ -552,11 +553,11 @@ class BulkIterations:
         self.scan(lines, first)
         return len(lines)
 
-    def _parse_runs(self, texts: list[bytes], sizes: list[int]) -> tuple[Layout, list] | None:
+    def _parse_runs(self, texts: list[bytes | memoryview], sizes: list[int]) -> tuple[Layout, list] | None:
         """The first known layout all the runs (``texts``: each line after a ``\\n``) are exactly of (the last one
         that matched is tried first), and their captured columns (:meth:`Layout.run_columns`); None when there is
         none."""
-        text = b"".join(texts) if len(texts) > 1 else texts[0]
+        text = b"".join(texts)  # bytes (texts may be memoryviews of the chunk)
         if b"\r" in text or b"\x1b" in text:
             return None
         n = sum(sizes)
