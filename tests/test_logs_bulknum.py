@@ -211,11 +211,12 @@ def _redigit(rnd: random.Random, line: str, it: int, p_junk: float) -> str:
 @given(st.integers(0, 2**32), st.integers(2, 80), st.floats(0, 0.2))
 def test_property_shape_columns_equal_the_regex(seed, n, p_junk):
     """Runs of one shape (random digits in the template's places, random exponent signs, exponents past the exact
-    range, now and then a junk byte): the shape path's columns equal the regex's captures converted one by one and
-    the fixed-columns path's; a run with no junk is taken by the shape path."""
+    range, now and then a junk byte, the iteration gaining a digit): the shape path's columns equal the regex's
+    captures converted one by one and the fixed-columns path's; a run with no junk is taken by the shape path."""
     lay, head = _layout()
     rnd = random.Random(seed)
-    lines = [_clean(head, 1000 + i) if i == 0 else _redigit(rnd, head, 1000 + i, p_junk) for i in range(n)]
+    it0 = rnd.choice([1000, 1000 - rnd.randint(1, n)])  # (below 1000: the iteration gains a digit in the run)
+    lines = [_clean(head, it0 + i) if i == 0 else _redigit(rnd, head, it0 + i, p_junk) for i in range(n)]
     text = ("\n" + "\n".join(lines)).encode()
     line0 = lines[0].encode()
     m = lay.rx_bulk.match(text)

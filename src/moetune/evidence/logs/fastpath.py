@@ -321,11 +321,14 @@ def _head_template(line0: bytes, m: re.Match[bytes]) -> tuple[int, np.ndarray, n
     return h, np.flatnonzero(~numeric & ~digit), np.flatnonzero(digit), [(it0, e1), (slash + 1, e2)]
 
 
-def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[bytes]) -> list[np.ndarray] | None:
+def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[bytes], splits: int = 4) \
+        -> list[np.ndarray] | None:
     """:func:`template_columns` for a run whose lines all have the template's shape (the common case): each line
     equals the template byte for byte except that digits of the timestamp and of the values may be any digits (and
     an exponent's sign either sign); then every value is at the template's columns in the template's format, and all
-    are converted together (:class:`.bulknum.Shape`). None when some line is not of that shape."""
+    are converted together (:class:`.bulknum.Shape`). When a later line is not of that shape (a counter that gains a
+    digit: consumed samples, the iteration), the lines before it are taken and the rest is a run of its own
+    (:func:`template_columns`, its first line its template), at most ``splits`` times. None when neither applies."""
     width = len(line0)
     a = np.frombuffer(text, dtype=np.uint8)
     if not (a[::width + 1] == 10).all():  # the n lines (each after a "\n", as the caller gives them) are the rows
@@ -347,13 +350,34 @@ def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
         return None
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
     got = shape.columns(rows)
+    rest = None
     if got is None:
-        return None
+        if splits <= 0:
+            return None
+        bad = ((rows < shape.lo) | (rows > shape.hi)).any(axis=1)
+        b = int(np.argmax(bad)) if bad.any() else 0
+        if b < 1:  # (also: an exponent sign that is neither "+" nor "-")
+            return None
+        got = shape.columns(rows[:b])
+        if got is None:
+            return None
+        tail = text[b * (width + 1):]
+        t0 = tail[1:width + 1]
+        m1 = lay.rx_bulk.match(tail)
+        if m1 is None or m1.end() != width + 1:
+            return None
+        rest = _shape_columns(lay, tail, n - b, t0, m1, splits - 1) if n - b > 1 else None
+        if rest is None:
+            rest = template_columns(lay, tail, n - b)
+            if rest is None:
+                return None
     vals, ok = got
     for i in np.flatnonzero(~ok).tolist():  # exponent out of the exact range: float() of those values
         p = 1 + i * (width + 1)
         for c, (lo, hi) in enumerate(spans):
             vals[i, c] = num(text[p + lo:p + hi])
+    if rest is not None:
+        return [np.concatenate([v, r]) for v, r in zip(vals.T, rest, strict=True)]
     return list(vals.T)
 
 
