@@ -9,7 +9,8 @@ of :data:`MIN_RUN` or more consecutive lines that start with a blank and end wit
 ``findall`` of the layout's regex (each match is one whole line, so as many matches as lines proves every line is of
 the layout), or, when every line is of the template the run's first line sets (the common case), without any regex:
 :func:`template_columns` checks the lines and converts the numbers on the raw bytes with numpy (:mod:`.bulknum`,
-exact); fields that had one value on every line of an earlier run (total, batch size, loss scale, counters) are
+exact; lines of one length that equal the template but for digits, the common case, are checked per column by
+their smallest and largest byte and converted all together, :func:`_shape_columns`); fields that had one value on every line of an earlier run (total, batch size, loss scale, counters) are
 matched as literals and converted once (:meth:`Layout.learn_constants`); the other captured fields are converted column
 by column. No Python object is made per line.
 
