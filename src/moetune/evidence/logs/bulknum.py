@@ -345,6 +345,11 @@ class Shape:
     ``free``: further column ranges whose template digits may be any digit (the timestamp's, unconverted values').
     Raises ValueError when a converted value is not ``[-]digits[.digits][(E|e)[+-]digits]`` with blanks around, has
     more than :data:`_MAX_DIGITS` mantissa digits or more than 3 exponent digits (then the general path applies).
+
+    Conversion as in the module docstring (Clinger, PLDI 1990, the fast path): a value's digits times their exact
+    place values sum to its mantissa exactly (every partial sum an integer below 2**53, in any order), then one IEEE
+    division or multiplication by an exact power of ten (decimal exponent within ±22) gives the correctly rounded
+    value ``float()`` gives; rows outside that range are marked for :func:`.values.num`.
     """
 
     __slots__ = ("lo", "hi", "digit_cols", "weights", "frac", "neg", "exp_fields", "plain")
