@@ -444,19 +444,22 @@ class Parser:
     # ---------------------------------------------------------------- memory
     def memory_line(self, line_no: int, line: bytes) -> None:
         body, rank = self.rank(line)
-        if P.MEMORY_HEAD.search(body) is None:
+        head = P.MEMORY_HEAD.search(body)
+        if head is None:
             offer(SIGNALS, self, line_no, line)
             return
         if self.pending is not None:
             self.close_pending(truncated=False)
         done = b"max reserved" in body or b"max-reserved" in body or b"count" in body
         if done or len(line) < MIN_WRAP_WIDTH:
-            self.memory_text(line_no, body, rank)
+            self.memory_text(line_no, body, rank, head)
         else:
             self._open_pending("memory", line_no, body, rank, len(line))
 
-    def memory_text(self, line_no: int, text: bytes, prefix_rank: int | None) -> None:
-        m = P.MEMORY_HEAD.search(text)
+    def memory_text(self, line_no: int, text: bytes, prefix_rank: int | None, m: Any = None) -> None:
+        """One memory report (``m``: ``MEMORY_HEAD.search(text)`` when the caller has it already)."""
+        if m is None:
+            m = P.MEMORY_HEAD.search(text)
         if m is None:
             return
         rec = self.rec
