@@ -258,25 +258,18 @@ def template_columns(lay: Layout, text: bytes, n: int) -> list[np.ndarray] | Non
     if not (pipes[:, -1] == ends - 1).all():  # exactly npipe "|" on each line, the last its last byte
         return None
     # the head: the template's length and bytes; timestamp digits any digits; iteration / total right-aligned integers
-    h = line0.index(b"|")
+    h, lit, digit, numeric = _head_template(line0, m)
     if not (pipes[:, 0] - starts == h).all():
         return None
-    g1, e1 = m.start(1) - 1, m.end(1) - 1
-    e2 = m.end(2) - 1
-    it0 = line0.rfind(b"iteration", 0, g1) + len(b"iteration")
-    slash = line0.index(b"/", e1)
+    it0 = numeric[0][0]
     tmpl = np.frombuffer(line0[:h], dtype=np.uint8)
-    col = np.arange(h)
-    numeric = ((col >= it0) & (col < e1)) | ((col > slash) & (col < e2))
-    digit = (col < it0 - len(b"iteration")) & ((tmpl - 48) < 10)
-    lit = np.flatnonzero(~numeric & ~digit)
     head = bulknum.windows(text, h)[starts]
-    if not (head[:, lit] == tmpl[lit]).all() or not ((head[:, np.flatnonzero(digit)] - 48) < 10).all():
+    if not (head[:, lit] == tmpl[lit]).all() or not ((head[:, digit] - 48) < 10).all():
         return None
     if not (head[:, it0] == 32).all():  # "iteration" then [ \t]+
         return None
     out = []
-    for lo, hi in ((it0, e1), (slash + 1, e2)):
+    for lo, hi in numeric:
         try:
             fmt = bulknum.NumberFormat(line0[lo:hi], signed=False)
         except ValueError:
