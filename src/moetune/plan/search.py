@@ -8,11 +8,11 @@ Order of the workflow, as implemented (:func:`plan`, then :class:`Search`):
 1. **Enumerate** every layout Megatron accepts (:func:`moetune.plan.space.enumerate_layouts`).
 2. **Fit** each feature variant of a layout (dispatcher, CUDA graphs) with the least recompute that fits the
    headroom policy: no recompute, then the selective ladder (:data:`moetune.plan.space.SELECTIVE_LADDER`,
-   narrowest first), then full recompute (when allowed); the ladder stops once every variant has fitted.
-   The ladder stops at the first option under which every feature variant fits; while a variant that needs
-   memory (CUDA graphs' static buffers, a dispatcher's buffers) does not fit, it goes on, since more recompute
-   can make room for a feature that saves more than the recompute costs (DeepSeek-V3 on 256 DGX-B200, the
-   published TP1 PP8 VP2 EP32: graphs fit only with ``mla_up_proj`` recompute, 19.92 against 21.38 s/step).
+   narrowest first), then full recompute (when allowed). The ladder stops once every variant has fitted: while a
+   variant that needs memory (CUDA graphs' static buffers, a dispatcher's buffers) does not fit, it goes on for
+   that variant, since more recompute can make room for a feature that saves more than the recompute costs
+   (DeepSeek-V3 on 256 DGX-B200, the published TP1 PP8 VP2 EP32: graphs fit only with ``mla_up_proj`` recompute,
+   19.92 against 21.38 s/step).
    A layout whose *floor* (full recompute) does not fit is pruned — no feature can make it fit (proof: every
    activation-saving feature the search enumerates is bounded by the full-recompute activations).
    Offloading is tried only when no layout fits without it.
@@ -675,9 +675,10 @@ class Search:
                     c = Candidate(job, lp, self.full_memory_of(lp, feats), estimate_time(job, self.eff), findings,
                                   rank)
                     self.record(lk, c, step, prev is None)
-        if fitted is not None and all_ok:
-            return ALL_FIT  # every variant has fitted (the ones skipped under a lesser option)
-        return ALL_FIT if all_ok and any_ok else SOME_FIT if any_ok else NONE_FIT
+        # with ``fitted``, every variant skipped here fitted under a lesser option
+        if all_ok and (any_ok or fitted is not None):
+            return ALL_FIT
+        return SOME_FIT if any_ok else NONE_FIT
 
     def record(self, lk: tuple, c: Candidate, step: float, new_layout: bool) -> None:
         """Keep ``c`` as the best of its layout; a new layout enters the top-K heap (the bound)."""

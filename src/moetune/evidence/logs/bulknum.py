@@ -43,11 +43,6 @@ def windows(buf: bytes, width: int) -> np.ndarray:
     return np.ndarray((len(buf) - width + 1, width), dtype=np.uint8, buffer=buf, strides=(1, 1))
 
 
-def strings(buf: bytes, width: int) -> np.ndarray:
-    """``(len(buf) - width + 1,)`` view of dtype ``S{width}``: element ``i`` is ``buf[i:i + width]`` (no copy)."""
-    return np.ndarray((len(buf) - width + 1,), dtype=f"S{width}", buffer=buf, strides=(1,))
-
-
 class NumberFormat:
     """The shape of one field's values, from the template's value (the bytes between ``:`` and ``|``)."""
 
