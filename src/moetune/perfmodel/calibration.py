@@ -51,11 +51,20 @@ class Efficiency:
     values: dict[str, float] = field(default_factory=dict)
     #: ``constants["kernels_per_layer"]`` as a hashable mapping (an argument of the step model's memoised layer work)
     kernels: FrozenMap = field(init=False, repr=False, compare=False)
+    #: ``values`` as a hashable mapping: the hash of the set (:meth:`__hash__`)
+    frozen_values: FrozenMap = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.values:
             self.values = {k: s.value for k, s in self.specs.items()}
         self.kernels = FrozenMap(self.constants.get("kernels_per_layer") or {})
+        self.frozen_values = FrozenMap(self.values)
+
+    def __hash__(self) -> int:
+        """Hash of the parameter values (computed once; the dataclass equality compares every field), so that a set
+        can be part of a memo key (the step model's rates, :func:`moetune.perfmodel.step._rates_of`). A set is
+        immutable once built: :meth:`with_values` and the loaders make new ones."""
+        return hash(self.frozen_values)
 
     def __getitem__(self, name: str) -> float:
         """The value of a parameter; one that the set lacks is an error naming it (no silent default)."""

@@ -36,11 +36,12 @@ from moetune.perfmodel.memory import state_bytes
 from moetune.perfmodel.params import layer_params
 from moetune.perfmodel.routing import expert_load
 from moetune.perfmodel.uncertainty import Band, band_for
-from moetune.spec.features import FP8_PRECISIONS
+from moetune.spec.features import FP8_PRECISIONS, Features
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
 from moetune.spec.pipeline import SplitFields, layout_vpp, pipeline_stages, split_fields
+from moetune.spec.system import System
 
 WALL_ORDER = ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "comm_pp", "comm_dp", "pipeline_bubble",
               "host", "optimizer")
@@ -227,12 +228,18 @@ class LayerInputs(NamedTuple):
 
     @classmethod
     def of(cls, job: Job) -> LayerInputs:
-        lay, f = job.layout, job.features
-        return cls(job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp,
-                   job.system.nvlink_domain, f.precision, f.moe_token_dispatcher_type, f.moe_flex_dispatcher_backend,
-                   f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl, f.cuda_graph_scope,
-                   f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend, f.moe_grouped_gemm,
-                   f.moe_permute_fusion, expert_load(f))
+        lay = job.layout
+        return cls.of_fields(job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp,
+                             job.system.nvlink_domain, job.features)
+
+    @classmethod
+    def of_fields(cls, seq: int, mbs: int, tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, f: Features
+                  ) -> LayerInputs:
+        """:meth:`of` from the batch shape, the mesh, the NVLink domain and the features of a job."""
+        return cls(seq, mbs, tp, cp, ep, etp, nvlink_domain, f.precision, f.moe_token_dispatcher_type,
+                   f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
+                   f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
+                   f.moe_grouped_gemm, f.moe_permute_fusion, expert_load(f))
 
 
 @memo(maxsize=4096)
@@ -557,34 +564,44 @@ def _stage_kinds(model: ModelArch, split: tuple[tuple[int, ...], ...], mtp: tupl
     return ranks, tuple(first.values())
 
 
-def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
-    """Work of every pipeline stage of ``job`` for one microbatch (see module doc)."""
-    eff = eff or default_efficiency()
-    model, lay, feat = job.model, job.layout, job.features
-    seq = job.seq_length
+@memo(maxsize=16384)
+def _layout_work(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bool, bf16_layers: frozenset[int],
+                 kernels: FrozenMap
+                 ) -> tuple[PipelineSplit, float, tuple[StageWork, ...], tuple[tuple[int, bool], ...]]:
+    """What :func:`build_profile` reads of a layout, in one lookup: its pipeline split (:func:`_pipeline_split`), the
+    model FLOPs per token (:func:`_total_flops`) and the stage works and layer kinds (:func:`_stage_works`)."""
     split = _pipeline_split(model, split_fields(lay), seq, lay.tp)
-    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes]
-    layers_per_rank, v = split.layers, split.vpp
-    nl = model.num_layers
-    quant_on = feat.precision in FP8_PRECISIONS
-    bf16_layers: frozenset[int] = frozenset()
-    if quant_on and feat.first_last_layers_bf16:
-        bf16_layers = frozenset({0, nl - 1})
     total = _total_flops(model, seq, lay.tp)
-    kernels = eff.kernels
-    stages, first_kinds = _stage_works(model, lay, seq, job.micro_batch_size, quant_on, bf16_layers, kernels)
-    inp = LayerInputs.of(job)
+    stages, first_kinds = _stage_works(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
+    return split, total, stages, first_kinds
+
+
+@memo(maxsize=32768)
+def _layer_types(model: ModelArch, first_kinds: tuple[tuple[int, bool], ...], feat: Features, seq: int, mbs: int,
+                 tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, kernels: FrozenMap
+                 ) -> dict[tuple, LayerType]:
+    """{LayerType.key: work} of the layer kinds ``first_kinds`` (:func:`_layer_type` of the job's
+    :class:`LayerInputs`); read only."""
+    inp = LayerInputs.of_fields(seq, mbs, tp, cp, ep, etp, nvlink_domain, feat)
     types: dict[tuple, LayerType] = {}
     for i, quant in first_kinds:
         lt = _layer_type(model, model.mixer_pattern[i], model.mlp_pattern[i], quant, inp, kernels)
         types[lt.key] = lt
-    # recompute selection
+    return types
+
+
+@memo(maxsize=16384)
+def _recompute_selection(feat: Features, first_rank_layers: int, v: int
+                         ) -> tuple[dict[int, float], float, float, tuple[str, ...]]:
+    """(tag -> fraction of its forward recomputed, A2As recomputed per MoE layer, fraction of full recompute, notes)
+    of the recompute features; ``first_rank_layers``: decoder layers of PP rank 0, ``v``: VPP. Read only."""
     rf: dict[int, float] = {}
     rec_a2a = 0.0
     full_frac = 0.0
+    notes: tuple[str, ...] = ()
     if feat.recompute_granularity == "full":
         n_rec = feat.recompute_num_layers
-        per_chunk = max(len(layers_per_rank[0]) / max(v, 1), 1.0)
+        per_chunk = max(first_rank_layers / max(v, 1), 1.0)
         if feat.recompute_method == "block" and n_rec is not None:
             full_frac = min(1.0, n_rec / per_chunk)
         else:
@@ -592,7 +609,7 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     elif feat.recompute_granularity == "selective" or feat.recompute_modules:
         mods = feat.recompute_modules or ("core_attn",)
         if not feat.recompute_modules:
-            assumptions.append("recompute_modules unset with selective granularity: MCore default [core_attn]")
+            notes = ("recompute_modules unset with selective granularity: MCore default [core_attn]",)
         sel = {
             "core_attn": ("core_attn",), "layernorm": ("norm",), "mlp": ("mlp", "mlp_act"),
             "moe_act": ("moe_act",), "shared_experts": ("shared",), "mla_up_proj": ("mla_up",),
@@ -603,8 +620,31 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
                 rf[K.TAG[tag]] = 1.0
             if mname == "moe":
                 rec_a2a = 2.0
+    return rf, rec_a2a, full_frac, notes
+
+
+def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
+    """Work of every pipeline stage of ``job`` for one microbatch (see module doc). The layout's part
+    (:func:`_layout_work`), the layer kinds' work (:func:`_layer_types`) and the recompute selection
+    (:func:`_recompute_selection`) are memoised on what they read."""
+    eff = eff or default_efficiency()
+    model, lay, feat = job.model, job.layout, job.features
+    seq, mbs = job.seq_length, job.micro_batch_size
+    nl = model.num_layers
+    quant_on = feat.precision in FP8_PRECISIONS
+    bf16_layers: frozenset[int] = frozenset()
+    if quant_on and feat.first_last_layers_bf16:
+        bf16_layers = frozenset({0, nl - 1})
+    kernels = eff.kernels
+    split, total, stages, first_kinds = _layout_work(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
+    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes]
+    v = split.vpp
+    types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
+                         job.system.nvlink_domain, kernels)
+    rf, rec_a2a, full_frac, notes = _recompute_selection(feat, len(split.layers[0]), v)
+    assumptions.extend(notes)
     # PP send/recv of one microbatch's activations at a stage boundary
-    t_a, tp, h = seq * job.micro_batch_size / lay.cp, lay.tp, model.hidden_size
+    t_a, tp, h = seq * mbs / lay.cp, lay.tp, model.hidden_size
     pp_bytes = t_a / (tp if feat.sequence_parallel else 1) * h * C.BF16
     pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
     m = max(job.num_microbatches, 1)
@@ -679,8 +719,13 @@ class Rates(NamedTuple):
     host_queue_sharpness: float  #: ``host_queue_sharpness``
 
 
-def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> Rates:
-    gpu = job.system.gpu
+@memo(maxsize=4096)
+def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, etp: int, dispatcher: str,
+              backend: str | None, grad_accum_bytes: float) -> Rates:
+    """:class:`Rates` of a system, precision class and EP mesh / dispatcher under an efficiency set; read only.
+    ``grad_accum_bytes``: read + write bytes per weight of the main-gradient accumulation (2 x the grad bytes of
+    :func:`moetune.perfmodel.memory.state_bytes`)."""
+    gpu = system.gpu
     arch = gpu.arch if gpu.arch != "ampere" else "hopper"
     # Blackwell Ultra (B300/GB300) doubles the SFU exponential rate that bounds softmax in attention
     attn_cls = "blackwell_ultra" if (arch == "blackwell" and "B300" in gpu.name.upper()) else arch
@@ -692,22 +737,20 @@ def _rates(job: Job, eff: Efficiency, pcls: str, qb: float) -> Rates:
     if attn_cls == "blackwell_ultra":
         scale = eff["clock_scale.blackwell_ultra"]
         eff_b, eff_q = eff_b * scale, eff_q * scale
-    cpu = H.host_cpu_family(job.system.host_cpu)
-    lay, feat = job.layout, job.features
+    cpu = H.host_cpu_family(system.host_cpu)
     nic_a2a, a2a_lat = C.a2a_network(
-        lay.ep, lay.expert_tp, job.system.nvlink_domain, feat.moe_token_dispatcher_type,
-        feat.moe_flex_dispatcher_backend, job.system.scaleout_bw_gbs, scaleout_eff=eff["scaleout_eff"],
+        ep, etp, system.nvlink_domain, dispatcher, backend, system.scaleout_bw_gbs, scaleout_eff=eff["scaleout_eff"],
         falloff=eff["scaleout_a2a_falloff"], deepep_rdma_eff=eff["deepep_rdma_eff"],
         latency_us=eff.constants["a2a_latency_us"])
     return Rates(
         peak_bf16=peak_b, peak_quant=peak_q, eff_bf16=eff_b, eff_quant=eff_q, knee=eff["gemm_knee"],
         hbm_gbs=gpu.hbm_bw_gbs, hbm_eff=eff["hbm_eff"], hbm_stream_eff=eff["hbm_stream_eff"],
         attn_eff=eff[f"attn_eff.{attn_cls}"],
-        nvlink_gbs=job.system.nvlink_bw_gbs * eff["nvlink_eff"],
-        nic_gbs=job.system.scaleout_bw_gbs * eff["scaleout_eff"], nic_a2a_gbs=nic_a2a, a2a_latency_s=a2a_lat,
-        nvlink_a2a_gbs=job.system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
+        nvlink_gbs=system.nvlink_bw_gbs * eff["nvlink_eff"],
+        nic_gbs=system.scaleout_bw_gbs * eff["scaleout_eff"], nic_a2a_gbs=nic_a2a, a2a_latency_s=a2a_lat,
+        nvlink_a2a_gbs=system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
         launch_us=eff[f"launch_us.{cpu}"], quant_bytes=qb, ep_overlap_eff=eff["ep_overlap_eff"],
-        grad_accum_bytes=2 * state_bytes(job).grad,
+        grad_accum_bytes=grad_accum_bytes,
         host_queue_sharpness=eff["host_queue_sharpness"],
     )
 
@@ -800,11 +843,25 @@ def _layer_prices(prof: Profile, eff: Efficiency) -> tuple[Rates, float, dict[tu
     """The rates of a profile's job, the SM share of its flex dispatcher and the price of each of its layer kinds
     (:func:`_price_layer`): the first part of :func:`evaluate`, shared with :func:`stage_a2a_seconds`."""
     job = prof.job
-    lay, feat, sysm = job.layout, job.features, job.system
+    lay = job.layout
+    r, sm_frac, q = _price_context(job.system, eff, job.features, lay.tp, lay.cp, lay.ep, lay.expert_tp, prof.pcls,
+                                   prof.quant_bytes, 2 * state_bytes(job).grad, tuple(prof.recompute_frac.items()),
+                                   prof.full_recompute_frac, prof.recompute_a2a)
+    # per layer type: price once
+    return r, sm_frac, {key: _price_layer(lt, q) for key, lt in prof.types.items()}
+
+
+@memo(maxsize=16384)
+def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: int, ep: int, etp: int, pcls: str,
+                   qb: float, grad_accum_bytes: float, recompute_frac: tuple[tuple[int, float], ...],
+                   full_recompute_frac: float, recompute_a2a: float) -> tuple[Rates, float, PriceInputs]:
+    """(rates, SM share of the dispatcher's kernels, :class:`PriceInputs`) of a job's system, features, mesh and
+    recompute selection (:func:`_layer_prices`); read only."""
     consts = eff.constants
-    r = _rates(job, eff, prof.pcls, prof.quant_bytes)
-    tp_busbw = C.bus_bandwidth(lay.tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
-    cp_busbw = C.bus_bandwidth(lay.cp, lay.tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
+    r = _rates_of(sysm, eff, pcls, qb, ep, etp, feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend,
+                  grad_accum_bytes)
+    tp_busbw = C.bus_bandwidth(tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
+    cp_busbw = C.bus_bandwidth(cp, tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     n_sms = 0
     if feat.moe_token_dispatcher_type == "flex":
         n_sms = feat.moe_flex_dispatcher_num_sms or (consts["deepep_sms"] if feat.moe_flex_dispatcher_backend
@@ -813,12 +870,11 @@ def _layer_prices(prof: Profile, eff: Efficiency) -> tuple[Rates, float, dict[tu
         n_sms = consts["alltoall_sms"]  # NCCL all-to-all kernels: one CTA per channel (catalog source)
     sm_frac = n_sms / sysm.gpu.sm_count
     q = PriceInputs(
-        r, tuple(prof.recompute_frac.items()), prof.full_recompute_frac, prof.recompute_a2a, lay.tp, lay.cp,
-        tp_busbw, cp_busbw, feat.tp_comm_overlap and lay.tp > 1 and feat.sequence_parallel,
+        r, recompute_frac, full_recompute_frac, recompute_a2a, tp, cp,
+        tp_busbw, cp_busbw, feat.tp_comm_overlap and tp > 1 and feat.sequence_parallel,
         consts["tp_overlap_splits"], consts["tp_overlap_sms"] / sysm.gpu.sm_count, feat.cp_comm_type,
         consts["graph_launch_us"], consts["native_launch_us"], consts["host_sync_us"])
-    # per layer type: price once
-    return r, sm_frac, {key: _price_layer(lt, q) for key, lt in prof.types.items()}
+    return r, sm_frac, q
 
 
 def _stage_a2a(st: StageWork, priced: dict[tuple, LayerPrice]) -> float:
@@ -850,18 +906,21 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     """Seconds per wall for a profile (see module doc); no pydantic (hot path of the fit/planner)."""
     job = prof.job
     lay, feat = job.layout, job.features
-    consts = eff.constants
     r, sm_frac, priced = _layer_prices(prof, eff)
     m = prof.m
-    stage_walls: list[dict[str, float]] = []
     ep_overlap = feat.overlap_moe_expert_parallel_comm and lay.ep > 1
-    done: dict[StageWork, dict[str, float]] = {}  # stages shared by object (identical work) are priced once
+    delay_wgrad = feat.delay_wgrad_compute
+    sharp = r.host_queue_sharpness
+    host_exposed = H.host_exposed
+    # per stage: (compute, recompute, comm_tp, comm_cp, comm_ep, host, gemm, attn, mem, EP dispatch/combine before
+    # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor)
+    stage_walls: list[tuple[float, ...]] = []
+    done: dict[StageWork, tuple[float, ...]] = {}  # stages shared by object (identical work) are priced once
     for st in prof.stages:
         w = done.get(st)
         if w is not None:
             stage_walls.append(w)
             continue
-        # sums in local variables (the same additions in the same order as item updates of the wall dict)
         comp = rec = ctp = ccp = gemm = attn = mem = 0.0
         exp_tot = 0.0
         host_gap = 0.0
@@ -876,32 +935,28 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             ccp += n * p.cp
             exp_tot += n * p.exp
             gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
-            host_gap += n * (H.host_exposed(p.host, gpu_t, r.host_queue_sharpness) + (0.0 if ep_overlap else p.sync))
+            host_gap += n * (host_exposed(p.host, gpu_t, sharp) + (0.0 if ep_overlap else p.sync))
         a2a_tot = _stage_a2a(st, priced)
         if st.extra is not None:
             g, a, e = _price_extra(st.extra, r)
             comp += 3 * (g + a + e)
             gemm += 3 * g
             mem += 3 * e
-            host_gap += H.host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e),
-                                       r.host_queue_sharpness)
-        w = {"compute": comp, "recompute": rec, "comm_tp": ctp, "comm_cp": ccp, "comm_ep": 0.0, "host": 0.0,
-             "gemm": gemm, "attn": attn, "mem": mem}
+            host_gap += host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e), sharp)
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
-        partner = w["compute"]
-        if feat.delay_wgrad_compute:
+        partner = comp
+        if delay_wgrad:
             partner += exp_tot / 3.0  # expert wgrad moved behind the dispatch
         ep_exp = S.ep_exposed(a2a_tot, partner, m, overlap=ep_overlap, eff=r.ep_overlap_eff)
         if ep_overlap and sm_frac > 0:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
             ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
-        w["comm_ep"] = ep_exp
-        w["host"] = host_gap
-        w["a2a_total"] = a2a_tot  # EP dispatch/combine before any hiding (not a wall; for the planner's bounds)
+        # the per-microbatch time: sum() of the six walls in this order (the same additions as summing them by name)
+        w = (comp, rec, ctp, ccp, ep_exp, host_gap, gemm, attn, mem, a2a_tot,
+             sum((comp, rec, ctp, ccp, ep_exp, host_gap)), comp + rec + ctp + ccp)
         stage_walls.append(w)
         done[st] = w
-    per_mb = [sum(w[k] for k in ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "host"))
-              for w in stage_walls]
+    per_mb = [w[10] for w in stage_walls]
     steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp)
     bott, top = 0, per_mb[0]  # np.argmax (first maximum) without building an array
     for i, v in enumerate(per_mb):
@@ -909,7 +964,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             bott, top = i, v
     if top != top or any(v != v for v in per_mb):  # a NaN: numpy's rule (first NaN)
         bott = int(np.argmax(per_mb))
-    wb = stage_walls[bott]
+    b_comp, b_rec, b_tp, b_cp, b_ep, b_host, b_gemm, b_attn, b_mem = stage_walls[bott][:9]
     # PP send/recv: warm-up/flush transfers are on the critical path; steady-state ones overlap (overlap_p2p_comm)
     pp_exp = 0.0
     if prof.pp > 1:
@@ -919,58 +974,59 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         if prof.vpp <= 1:  # interleaved schedules overlap p2p with compute (overlap_p2p_comm auto with VPP > 1)
             pp_exp += 2 * m * t_p2p
     # DP gradient reduce-scatter / parameter all-gather (distributed optimizer) and optimizer step
-    dp_exp, opt = _dp_and_optimizer(prof, eff, r, wb, m)
-    step_host = _step_host(prof, consts, r, opt)
+    dp_exp, opt = _dp_and_optimizer(prof, eff, r, b_comp + b_rec, m)
+    step_host = _step_host(prof, eff, r, opt)
     walls = {
-        "compute": m * wb["compute"], "recompute": m * wb["recompute"], "comm_tp": m * wb["comm_tp"],
-        "comm_cp": m * wb["comm_cp"], "comm_ep": m * wb["comm_ep"], "comm_pp": pp_exp, "comm_dp": dp_exp,
-        "pipeline_bubble": bubble, "host": m * wb["host"] + step_host, "optimizer": opt,
+        "compute": m * b_comp, "recompute": m * b_rec, "comm_tp": m * b_tp, "comm_cp": m * b_cp, "comm_ep": m * b_ep,
+        "comm_pp": pp_exp, "comm_dp": dp_exp, "pipeline_bubble": bubble, "host": m * b_host + step_host,
+        "optimizer": opt,
     }
     step = sum(walls.values())
-    detail = {"gemm": m * wb["gemm"], "attention": m * wb["attn"], "memory_bound": m * wb["mem"]}
-    stage_floor = [w["compute"] + w["recompute"] + w["comm_tp"] + w["comm_cp"] for w in stage_walls]
+    detail = {"gemm": m * b_gemm, "attention": m * b_attn, "memory_bound": m * b_mem}
     return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
-                     stage_floor=stage_floor, stage_a2a=[w["a2a_total"] for w in stage_walls],
+                     stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 
-def _step_host(prof: Profile, consts: dict, r: Rates, opt_s: float) -> float:
+def _step_host(prof: Profile, eff: Efficiency, r: Rates, opt_s: float) -> float:
     """Exposed host time of the once-per-step work (optimizer, gradient clipping, loss bookkeeping;
     :func:`moetune.perfmodel.host.step_launches`) on the rank with the most parameter tensors, against the
-    optimizer's GPU time."""
-    model = prof.job.model
-    kern = consts["kernels_per_layer"]
-    tensors = consts["param_tensors"]
-    if not tensors:
+    optimizer's GPU time (launches and their host seconds: :func:`_step_launches`)."""
+    consts = eff.constants
+    if not consts["param_tensors"]:
         return 0.0
-    local = float(model.num_moe_experts or 1) / max(prof.job.layout.ep, 1)
-    n = max(H.param_tensors(st.layer_counts, local_experts=local, shared=bool(model.moe_shared_expert_intermediate_size),
-                            mla=model.multi_latent_attention, tensors=tensors)
-            for st in dict.fromkeys(prof.stages))  # stages shared by object (identical work) counted once
-    sl = H.step_launches(n, kern)
-    host_s = H.host_seconds(sl, launch_us=r.launch_us, graph_launch_us=consts["graph_launch_us"])
+    sl, host_s = _step_launches(prof.job.model, tuple(prof.stages), prof.job.layout.ep, eff, r.launch_us)
     return H.host_exposed(host_s, opt_s, r.host_queue_sharpness) + sl.syncs * consts["host_sync_us"] * 1e-6
 
 
-def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, wb: dict[str, float], m: int
-                      ) -> tuple[float, float]:
-    job = prof.job
-    lay, feat, sysm = job.layout, job.features, job.system
+@memo(maxsize=16384)
+def _step_launches(model: ModelArch, stages: tuple[StageWork, ...], ep: int, eff: Efficiency, launch_us: float
+                   ) -> tuple[H.LayerLaunches, float]:
+    """(launches, host seconds to issue them) of the once-per-step work of :func:`_step_host` on the rank with the
+    most parameter tensors (``eff.constants``: ``param_tensors``, ``kernels_per_layer``, ``graph_launch_us``)."""
     consts = eff.constants
-    st = max(prof.stages, key=lambda s: s.dense_params + s.expert_params)
-    dp, edp = job.dp, job.edp
-    n_dense = dp * lay.cp
+    kern = consts["kernels_per_layer"]
+    tensors = consts["param_tensors"]
+    local = float(model.num_moe_experts or 1) / max(ep, 1)
+    n = max(H.param_tensors(st.layer_counts, local_experts=local, shared=bool(model.moe_shared_expert_intermediate_size),
+                            mla=model.multi_latent_attention, tensors=tensors)
+            for st in dict.fromkeys(stages))  # stages shared by object (identical work) counted once
+    sl = H.step_launches(n, kern)
+    return sl, H.host_seconds(sl, launch_us=launch_us, graph_launch_us=consts["graph_launch_us"])
+
+
+def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, per_mb_compute: float, m: int
+                      ) -> tuple[float, float]:
+    """(exposed DP seconds, optimizer-step seconds) of a step whose bottleneck stage computes (and recomputes)
+    ``per_mb_compute`` seconds per microbatch; the collectives' seconds: :func:`_dp_collectives`."""
+    job = prof.job
+    feat, sysm = job.features, job.system
+    consts = eff.constants
     grad_b = 4.0 if (feat.grad_reduce_in_fp32 and feat.main_grads_dtype == "fp32") else 2.0
     param_b = 1.0 if (feat.fp8_param_gather and feat.precision in ("fp8_cs", "fp8_delayed")) else 2.0
-    bw_dense = C.bus_bandwidth(n_dense, lay.tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
-    bw_exp = C.bus_bandwidth(edp, lay.ep * lay.expert_tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
-    rs = C.ring_seconds(st.dense_params * grad_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * grad_b,
-                                                                                       edp, bw_exp)
-    ag = C.ring_seconds(st.dense_params * param_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * param_b,
-                                                                                        edp, bw_exp)
-    local = st.dense_params + st.expert_params
-    buckets = max(local / consts["ddp_bucket_params"], 1.0)
-    per_mb_compute = wb["compute"] + wb["recompute"]
+    st, edp, n_dense, rs, ag, buckets = _dp_collectives(tuple(prof.stages), job.gpus, job.layout, sysm.nvlink_domain,
+                                                        r.nvlink_gbs, r.nic_gbs, grad_b, param_b,
+                                                        consts["ddp_bucket_params"])
     if feat.use_megatron_fsdp:
         # Megatron-FSDP (optim_grads_params): params gathered for fwd and bwd and grads reduce-scattered every
         # microbatch, prefetched behind the previous layer's compute
@@ -991,6 +1047,28 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, wb: dict[str, fl
     opt_params = st.dense_params / shard + st.expert_params / (max(edp, 1) if shard > 1 else 1)
     opt = opt_params * consts["optimizer_bytes_per_param"] / (r.hbm_gbs * 1e9 * r.hbm_eff)
     return dp_exp, opt
+
+
+@memo(maxsize=16384)
+def _dp_collectives(stages: tuple[StageWork, ...], gpus: int, lay: Layout, nvlink_domain: int, nvlink_gbs: float,
+                    nic_gbs: float, grad_b: float, param_b: float, bucket_params: float
+                    ) -> tuple[StageWork, int, int, float, float, float]:
+    """(the rank with the most local params, EDP, dense DP group size DP·CP, gradient reduce-scatter seconds,
+    parameter all-gather seconds, DDP buckets) of :func:`_dp_and_optimizer`: ring collectives over the dense and
+    expert data-parallel groups (:func:`moetune.perfmodel.comm.ring_seconds`) at ``grad_b`` / ``param_b`` bytes per
+    parameter."""
+    st = max(stages, key=lambda s: s.dense_params + s.expert_params)
+    dp, edp = lay.dp(gpus), lay.edp(gpus)
+    n_dense = dp * lay.cp
+    bw_dense = C.bus_bandwidth(n_dense, lay.tp, nvlink_domain, nvlink_gbs, nic_gbs)
+    bw_exp = C.bus_bandwidth(edp, lay.ep * lay.expert_tp, nvlink_domain, nvlink_gbs, nic_gbs)
+    rs = C.ring_seconds(st.dense_params * grad_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * grad_b,
+                                                                                       edp, bw_exp)
+    ag = C.ring_seconds(st.dense_params * param_b, n_dense, bw_dense) + C.ring_seconds(st.expert_params * param_b,
+                                                                                        edp, bw_exp)
+    local = st.dense_params + st.expert_params
+    buckets = max(local / bucket_params, 1.0)
+    return st, edp, n_dense, rs, ag, buckets
 
 
 # ------------------------------------------------------------------------------------------------------------
