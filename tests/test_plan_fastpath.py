@@ -203,3 +203,33 @@ def test_each_variant_gets_its_least_fitting_recompute(model, gpus, gbs, kw):
             device = max(s.device_gib for s in mem.stages)
             assert not M.fits_capacity(device, req.system.gpu.hbm_gib, headroom), (c.job.layout.short(), rec)
     assert res.per_layout_best
+
+
+def test_memo_keys_tell_efficiency_sets_apart():
+    """The step model's memo tables are keyed on the efficiency set by value (:meth:`Efficiency.__hash__` of its
+    values, equality over every field): a set with other values, or the same values and other constants, prices
+    every job as a cold evaluation does, whichever set filled the tables first."""
+    from moetune.perfmodel.calibration import Efficiency
+
+    base = T.resolve_efficiency(None)
+    scaled = base.with_values({k: v * 0.9 for k, v in base.values.items()})
+    consts = dict(base.constants)
+    consts["param_tensors"] = {k: 2 * v for k, v in consts["param_tensors"].items()}
+    consts["ddp_bucket_params"] = consts["ddp_bucket_params"] / 4
+    consts["deepep_sms"] = consts["deepep_sms"] * 2
+    other_consts = Efficiency(base.specs, consts, base.prior_weight, base.fit_info, "test", dict(base.values))
+    assert hash(other_consts) == hash(base) and other_consts != base
+    jobs = [j for lp in _QWEN_LAYOUTS[::131] for j in _variants(_QWEN, lp)[::7]]
+    assert jobs
+    cold = {}
+    for name, eff in (("base", base), ("scaled", scaled), ("consts", other_consts)):
+        for i, j in enumerate(jobs):
+            _clear_caches()
+            cold[name, i] = T.estimate_walls(j, eff)
+    _clear_caches()
+    for name, eff in (("base", base), ("scaled", scaled), ("consts", other_consts), ("base", base)):
+        for i, j in enumerate(jobs):
+            assert T.estimate_walls(j, eff) == cold[name, i]
+            assert T.stage_a2a_seconds(j, eff) == cold[name, i].stage_a2a
+    assert any(cold["base", i] != cold["scaled", i] for i in range(len(jobs)))
+    assert any(cold["base", i] != cold["consts", i] for i in range(len(jobs)))
