@@ -108,3 +108,19 @@ class FrozenMap(dict):
     def __reduce__(self):
         return (FrozenMap, (dict(self),))
 
+
+
+class HashedTuple(tuple):
+    """A tuple whose hash is computed once (tuples re-hash every element on every lookup): a nested-tuple key of
+    memoised functions, such as the per-chunk layer signatures of the memory model. Equal to, and hashing like, the
+    plain tuple of the same elements."""
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = tuple.__hash__(self)
+        return h
+
+    def __reduce__(self):
+        return (HashedTuple, (tuple(self),))

@@ -18,14 +18,17 @@ Fast path: everything per model and layer is memoised (:mod:`moetune.memo`) on i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import reduce
+from itertools import groupby, repeat
+from operator import add
 from typing import NamedTuple
 
 import numpy as np
 
 from moetune.catalog.memory_constants import const
-from moetune.memo import canonical, memo
+from moetune.memo import HashedTuple, canonical, memo
 from moetune.perfmodel import activations as act
 from moetune.perfmodel.params import (
     LayerParams,
@@ -292,17 +295,23 @@ def routing_factor(job: Job) -> float:
 
 
 def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
-    f, lay = job.features, job.layout
+    """The :class:`~moetune.perfmodel.activations.ActConfig` of the job (``recompute``: instead of the job's recompute
+    modules); memoised on the fields it reads (:func:`_job_act_config`)."""
+    return _job_act_config(job.features, job.layout, job.seq_length, job.micro_batch_size, recompute)
+
+
+@memo(maxsize=65536)
+def _job_act_config(f: Features, lay: Layout, seq: int, mbs: int, recompute: frozenset[str] | None) -> act.ActConfig:
     unfused = f.attention_backend in ("unfused", "local") or f.transformer_impl == "local"
     rec = frozenset(f.recompute_modules) if f.recompute_granularity == "selective" else frozenset()
     if f.recompute_granularity == "selective" and not f.recompute_modules:
         rec = frozenset({"core_attn"})  # MCore default module list
     off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
     return _act_config(
-        seq=job.seq_length, mbs=job.micro_batch_size, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
+        seq=seq, mbs=mbs, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
         sp=bool(f.sequence_parallel and lay.tp > 1), fp8=f.precision in FP8_PRECISIONS,
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
-        routing_factor=routing_factor(job), recompute=rec if recompute is None else recompute, offload=off,
+        routing_factor=expert_load(f), recompute=rec if recompute is None else recompute, offload=off,
         ep=lay.ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
     )
@@ -388,9 +397,9 @@ def chunk_features(f) -> ChunkFeatures:
 def _chunk_signatures(m: ModelArch, lay) -> tuple[tuple[tuple, ...], ...]:
     """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on (layer types, MTP layers,
     embedding, loss). Equal signatures and equal rows of them are one object while in the :func:`canonical`
-    table, so the row memo below compares them by identity first."""
-    return tuple(canonical(tuple(canonical(
-        (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss))
+    table, so the row memo below compares them by identity first, and each hashes once (:class:`HashedTuple`)."""
+    return tuple(canonical(HashedTuple(canonical(HashedTuple(
+        (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss)))
         for ch in rank.chunks)) for rank in pipeline_ranks(m, lay))
 
 
@@ -437,25 +446,25 @@ def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, 
             transient = max(transient, act.layer_bytes(m, mx, ml, cfg) * min(n_rec, len(rec)))
     else:
         keep = layers
-    per_kind: dict[tuple[str, str], tuple[float, float, float, float]] = {}  # layer kinds repeat: look up once
-    for idx, (mx, ml) in enumerate(keep + mtp_layers):
-        vals = per_kind.get((mx, ml))
-        if vals is None:
-            vals = per_kind[(mx, ml)] = (
-                act.layer_bytes(m, mx, ml, cfg), act.layer_graphed_bytes(m, mx, ml, cfg, scope),
-                act.layer_transient_bytes(m, mx, ml, cfg) + act.layer_recompute_extra_bytes(m, mx, ml, cfg),
-                act.layer_offloaded_bytes(m, mx, ml, cfg))
-        b, g, t, o = vals
-        if cpu_n and idx < cpu_n and idx < len(keep) - 1:
-            if b > offl:
+    # Per layer (keep, then the MTP layers), in order: the first ``n_off`` layers of ``keep`` (layer-level CPU
+    # offloading keeps the last kept layer on the GPU) are offloaded - only the largest stays resident - and the others
+    # add their saved and graphed bytes; transient and offloaded bytes are maxima over all. Runs of one layer type are
+    # looked up once and added as many times, one by one (the same additions in the same order as a loop per layer).
+    items = keep + mtp_layers
+    n_off = max(0, min(cpu_n, len(keep) - 1)) if cpu_n else 0
+    for part, summed in ((items[:n_off], False), (items[n_off:], True)):
+        for kind, run in groupby(part):
+            b, g, t, o = _layer_activation(m, *kind, cfg, scope)
+            if summed:
+                n = len(list(run))
+                saved = reduce(add, repeat(b, n), saved)
+                graphed = reduce(add, repeat(g, n), graphed)
+            elif b > offl:
                 offl = b
-        else:
-            saved += b
-            graphed += g
-        if t > transient:  # max(transient, t), max(offl, o) without the calls (the same first-maximum rule)
-            transient = t
-        if o > offl:
-            offl = o
+            if t > transient:  # max(transient, t), max(offl, o) without the calls (the same first-maximum rule)
+                transient = t
+            if o > offl:
+                offl = o
     if mtp_count:
         saved += mtp_count * act.mtp_extra_bytes(m, cfg, vocab_padded)
     if has_embedding:
@@ -468,20 +477,41 @@ def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, 
     return saved, graphed, transient, resident
 
 
+@memo(maxsize=65536)
+def _layer_activation(m: ModelArch, mixer: str, mlp: str, cfg: act.ActConfig, scope: frozenset[str]
+                      ) -> tuple[float, float, float, float]:
+    """(saved, graphed, transient + recompute-rebuilt, offloaded) bytes of one layer and microbatch
+    (:mod:`moetune.perfmodel.activations`), one lookup for :func:`_chunk_activation_of`."""
+    return (act.layer_bytes(m, mixer, mlp, cfg), act.layer_graphed_bytes(m, mixer, mlp, cfg, scope),
+            act.layer_transient_bytes(m, mixer, mlp, cfg) + act.layer_recompute_extra_bytes(m, mixer, mlp, cfg),
+            act.layer_offloaded_bytes(m, mixer, mlp, cfg))
+
+
 def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight_total: int) -> float:
     """Static buffers of TE/local CUDA graphs on this rank (TE ``make_graphed_callables``): every captured
     (module, microbatch) graph keeps its static inputs and outputs, and the backward graph their gradients
     (``cuda_graph_static_io_factor`` = 2: forward I/O + gradient I/O). Inputs are the BF16 hidden states of the
     sequence shard; outputs are hidden states, or the FP32 router probabilities/map for router-only scopes."""
+    of = _graphed_io_of(job, cfg)
+    return 0.0 if of is None else of(rank.pp_rank, inflight_total)
+
+
+def _graphed_io_of(job: Job, cfg: act.ActConfig) -> Callable[[int, int], float] | None:
+    """:func:`_graphed_io_bytes` split into its per-job part (here) and the returned function of (PP rank, in-flight
+    microbatches); None where the job has no static graph buffers (0 bytes on every rank)."""
     f = job.features
     scope = graph_scope(job)
-    if not scope or "full_iteration" in scope:
-        return 0.0
-    m = job.model
+    if not scope or "full_iteration" in scope or not f.cuda_graph_impl:
+        return None
+    m, lay = job.model, job.layout
     hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
     router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
-    per_mb = _graphed_io_per_microbatch(m, job.layout, scope, hid, router_out, rank.pp_rank)
-    return const("cuda_graph_static_io_factor") * per_mb * max(1, inflight_total) if f.cuda_graph_impl else 0.0
+    factor = const("cuda_graph_static_io_factor")
+
+    def of(pp_rank: int, inflight_total: int) -> float:
+        return factor * _graphed_io_per_microbatch(m, lay, scope, hid, router_out, pp_rank) * max(1, inflight_total)
+
+    return of
 
 
 @memo(maxsize=131072)
@@ -536,28 +566,69 @@ def fits_capacity(device_gib: float, capacity_gib: float, headroom: float) -> bo
 #: Features fields that only the activations read (not the model state, the schedule or the runtime tail): the
 #: per-job part of :func:`_rank_memory` is shared by jobs that differ only in these (the recompute ladder)
 ACTIVATION_ONLY_FEATURES = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
+#: Features fields that the model state and the schedule (:func:`_rank_state_of`) do not read besides
+#: :data:`ACTIVATION_ONLY_FEATURES`: the dispatcher (its buffers are runtime tail, the allgather dispatcher's gather
+#: is an activation) and CUDA graphs (graphed activations, static graph buffers and pools)
+TAIL_FEATURES = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "cuda_graph_impl", "cuda_graph_scope")
+
 
 @memo(maxsize=65536)
 def static_features(f: Features) -> Features:
     """The features with :data:`ACTIVATION_ONLY_FEATURES` at their defaults: what the non-activation part of the
-    memory model (:func:`_rank_static`) is given, so jobs of one recompute ladder share it."""
-    return f.model_copy(update={k: Features.model_fields[k].default for k in ACTIVATION_ONLY_FEATURES})
+    memory model (:func:`_rank_static`) is given, so jobs of one recompute ladder share it. One instance per value
+    (:func:`moetune.memo.canonical`), so the memo keys built from it compare by identity."""
+    return canonical(f.model_copy(update={k: Features.model_fields[k].default for k in ACTIVATION_ONLY_FEATURES}))
 
 
-def _rank_static(job: Job) -> tuple:
+@memo(maxsize=65536)
+def state_features(f: Features) -> Features:
+    """:func:`static_features` with :data:`TAIL_FEATURES` also at their defaults: what the model state and the
+    schedule (:func:`_rank_state_of`) are given, so the dispatcher and CUDA-graph variants of a layout share them."""
+    sf = static_features(f)
+    return canonical(sf.model_copy(update={k: Features.model_fields[k].default for k in TAIL_FEATURES}))
+
+
+class RankStatic(NamedTuple):
+    """The part of :func:`_rank_memory` that the activations do not change (read only)."""
+
+    stages: tuple[PipelineRank, ...]
+    vocab_padded: int
+    #: per rank: (model-state components, their sum, per-chunk params, in-flight states array, in-flight states)
+    ranks: list[tuple]
+    tail: Callable  #: the runtime tail builder (:func:`moetune.perfmodel.runtime_tail.tail_builder`)
+    signatures: tuple  #: :func:`_chunk_signatures` of the layout
+
+
+def _rank_static(job: Job) -> RankStatic:
     """The part of :func:`_rank_memory` that the activations do not change (:func:`_rank_static_of` of the job with
     :func:`static_features`)."""
     return _rank_static_of(job.model, job.layout, job.system, job.gpus, job.global_batch_size, job.micro_batch_size,
                            job.seq_length, static_features(job.features))
 
 
+def _job_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: int, mbs: int, seq: int,
+            f: Features) -> Job:
+    return Job(model=m, system=system, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,
+               layout=lay, features=f)
+
+
 @memo(maxsize=32768)
 def _rank_static_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: int, mbs: int, seq: int,
-                    f: Features) -> tuple:
+                    f: Features) -> RankStatic:
+    """:class:`RankStatic` of the job (``f``: its :func:`static_features`): the model state and schedule of
+    :func:`_rank_state_of` (given :func:`state_features`, shared by the dispatcher and CUDA-graph variants), the
+    runtime tail builder and the chunk signatures."""
+    stages, vocab_padded, ranks = _rank_state_of(m, lay, system, gpus, gbs, mbs, seq, state_features(f))
+    return RankStatic(stages, vocab_padded, ranks, tail_builder(_job_of(m, lay, system, gpus, gbs, mbs, seq, f)),
+                      _chunk_signatures(m, lay))
+
+
+@memo(maxsize=32768)
+def _rank_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: int, mbs: int, seq: int,
+                   f: Features) -> tuple:
     """Pipeline ranks, vocabulary padding and, per rank, (model-state components, their sum, per-chunk params,
-    in-flight states and their array), and the runtime tail builder; read only."""
-    job = Job.model_construct(model=m, system=system, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs,
-                              seq_length=seq, layout=lay, features=f)
+    in-flight states and their array) of the job (``f``: its :func:`state_features`); read only."""
+    job = _job_of(m, lay, system, gpus, gbs, mbs, seq, f)
     stages = pipeline_ranks(m, lay)
     vpp = len(stages[0].chunks)
     nmb = max(1, job.num_microbatches)
@@ -574,16 +645,17 @@ def _rank_static_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: i
         comps = _model_state(job, dense, expert, lin, largest_layer, per_job)
         ranks.append((comps, sum(comps.values()), per_chunk_params, _inflight_array(lay.pp, vpp, nmb, rank.pp_rank),
                       inflight_states(lay.pp, vpp, nmb, rank.pp_rank)))
-    return stages, vocab_padded, ranks, tail_builder(job)
+    return stages, vocab_padded, ranks
 
 
 def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None) -> Iterator:
     """Per PP rank in ``order`` (default: rank order): a :class:`StageMemory` (``detail`` True) or just
     (reserved GiB, peak allocated GiB) (False) or (device GiB, peak allocated GiB) (``"device"``)."""
-    m, lay, f = job.model, job.layout, job.features
-    stages, vocab_padded, ranks, tail_of = _rank_static(job)
-    tail_totals = tail_of.totals
-    sig_rows, fkey = _chunk_signatures(m, lay), chunk_features(f)
+    m, f = job.model, job.features
+    stages, vocab_padded, ranks, tail_of, sig_rows = _rank_static(job)
+    tail_kinds = tail_of.kinds
+    fkey = chunk_features(f)
+    graphed_io_of = _graphed_io_of(job, cfg)
     for idx in range(len(stages)) if order is None else order:
         rank = stages[idx]
         comps, static, per_chunk_params, states, inflight = ranks[idx]
@@ -594,20 +666,20 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
         best, best_state = float(totals[i_best]), inflight[i_best]
         best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
         working = chunk_trans + resident
-        graphed_io = _graphed_io_bytes(job, cfg, rank, sum(best_state))
+        graphed_io = 0.0 if graphed_io_of is None else graphed_io_of(rank.pp_rank, sum(best_state))
         # Activations inside CUDA graphs come from the graphs' private pool, filled once while capturing (before
         # training, following the schedule order); replays do not allocate. The allocated peak is the larger of the
         # capture phase and the training phase (non-graphed activations + working set + static graph buffers).
         eager_peak = best + working + graphed_io
         dyn = max(eager_peak, best_graphed + (working if best_graphed else 0.0))
         alloc_bytes = static + dyn
-        tail_gib = tail_totals(best + best_graphed, alloc_bytes)
-        peak = alloc_bytes / GIB + tail_gib["allocated"]
+        tail_alloc, tail_reserved, tail_non_torch = tail_kinds(best + best_graphed, alloc_bytes)
+        peak = alloc_bytes / GIB + tail_alloc
         # the graph pool stays reserved while eager activations are allocated next to it
         pool_extra = max(0.0, best_graphed + eager_peak - dyn) / GIB
-        reserved = peak + tail_gib["reserved"] + pool_extra
+        reserved = peak + tail_reserved + pool_extra
         if detail == "device":
-            yield reserved + tail_gib["non_torch"], peak
+            yield reserved + tail_non_torch, peak
             continue
         if not detail:
             yield reserved, peak
@@ -624,7 +696,7 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
             comp_gib["cuda_graph_activations"] = best_graphed / GIB
         for it in tail.items:
             comp_gib[it.name] = it.gib
-        device = reserved + tail_gib["non_torch"]
+        device = reserved + tail_non_torch
         chunks = [ChunkMemory(ch.vchunk, ch.layers, ch.embedding, ch.loss, ch.mtp_layers, per_chunk_params[j],
                               chunk_saved[j] / GIB, best_state[j]) for j, ch in enumerate(rank.chunks)]
         yield StageMemory(rank.pp_rank, peak, reserved, device, comp_gib, chunks)

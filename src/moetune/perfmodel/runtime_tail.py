@@ -153,5 +153,15 @@ def tail_builder(job: Job):
         dyn = [g for _, g, _ in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
         return {**fixed, DYNAMIC_KIND: sum([*head_of[DYNAMIC_KIND], *dyn, *after_of[DYNAMIC_KIND]])}
 
+    # :func:`totals` as (allocated, reserved, non_torch), without the dict (the memory fit test calls it once per
+    # rank): the same values, summed in the same order
+    head_dyn, after_dyn = head_of[DYNAMIC_KIND], after_of[DYNAMIC_KIND]
+    allocated, non_torch = fixed["allocated"], fixed["non_torch"]
+
+    def kinds(activation_peak_bytes: float, allocated_peak_bytes: float) -> tuple[float, float, float]:
+        dyn = [g for _, g, _ in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
+        return allocated, sum([*head_dyn, *dyn, *after_dyn]), non_torch
+
     build.totals = totals  # type: ignore[attr-defined]
+    build.kinds = kinds  # type: ignore[attr-defined]
     return build
