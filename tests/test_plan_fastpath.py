@@ -129,6 +129,53 @@ def test_schedule_bound_skips_change_nothing(kw):
     assert _summary(P.plan(req, schedule_bound=False)) == with_skips
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS), st.integers(0, 10**6), st.booleans())
+def test_dispatcher_variants_share_reserved_memory(lp, pick, cold):
+    """What Search.fits shares between the dispatcher variants of a job: every rank's reserved GiB is that of the
+    job's :func:`reserved_features` (the same for alltoall, DeepEP and HybridEP; allgather on its own), and its device
+    GiB is that plus :func:`non_torch_gib`, bit for bit."""
+    req = _QWEN if lp in _QWEN_LAYOUTS else _DSV2
+    jobs = _variants(req, lp)
+    for job in jobs[pick % len(jobs)::7]:
+        if cold:
+            _clear_caches()
+        reserved = list(M.reserved_peaks(job))
+        assert list(M.device_peaks(job)) == [(r + M.non_torch_gib(job), p) for r, p in reserved]
+        rep = job.model_copy(update={"features": M.reserved_features(job.features)})
+        if cold:
+            _clear_caches()
+        assert list(M.reserved_peaks(rep)) == reserved
+        f = job.features
+        if f.moe_token_dispatcher_type == "allgather":
+            assert rep.features == f
+        else:
+            for disp in P._dispatcher_variants(req, lp):
+                if disp["moe_token_dispatcher_type"] != "allgather":
+                    twin = job.model_copy(update={"features": f.model_copy(update=disp)})
+                    assert M.reserved_features(twin.features) == rep.features
+                    assert list(M.reserved_peaks(twin)) == reserved
+
+
+@pytest.mark.parametrize("kw", [dict(model="Qwen3-30B-A3B", gpus=16, gbs=512, top=3),
+                                dict(model="DeepSeek-V2-Lite", gpus=16, gbs=512, top=5, precisions=("bf16", "fp8_cs")),
+                                dict(model="Llama-3-70B", gpus=8, gbs=64, top=3)])
+def test_search_fit_verdicts_equal_the_scalar_path(kw, monkeypatch):
+    """Every fit verdict of a search (shared reserved GiB across dispatcher variants, ranks priced until the first
+    overflow) is the headroom policy applied to all of :func:`device_peaks`; and the plan is the one of a search that
+    shares nothing (each variant its own class)."""
+    kw = dict(kw)
+    req = _req(kw.pop("model"), kw.pop("gpus"), kw.pop("gbs"), **kw)
+    search = P.Search(req)
+    shared = _summary(search.run())
+    assert search._fit_cache
+    for ok, job in search._fit_cache.values():
+        assert ok == M.fits_capacity(max(d for d, _ in M.device_peaks(job)), search.capacity, search.headroom)
+    monkeypatch.setattr(P, "reserved_features", lambda f: f)
+    _clear_caches()
+    assert _summary(P.plan(req)) == shared
+
+
 def test_memory_static_part_is_shared_by_the_recompute_ladder_only():
     """The non-activation memory memo is keyed on the features with the activation-only fields at their defaults:
     jobs that differ only there share it, any other field gives another key, and a pickled copy (a worker's job)

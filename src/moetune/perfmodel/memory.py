@@ -297,22 +297,25 @@ def routing_factor(job: Job) -> float:
 def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
     """The :class:`~moetune.perfmodel.activations.ActConfig` of the job (``recompute``: instead of the job's recompute
     modules); memoised on the fields it reads (:func:`_job_act_config`)."""
-    return _job_act_config(job.features, job.layout, job.seq_length, job.micro_batch_size, recompute)
+    lay = job.layout
+    return _job_act_config(job.features, lay.tp, lay.cp, lay.expert_tp, lay.ep, job.seq_length, job.micro_batch_size,
+                           recompute)
 
 
 @memo(maxsize=65536)
-def _job_act_config(f: Features, lay: Layout, seq: int, mbs: int, recompute: frozenset[str] | None) -> act.ActConfig:
+def _job_act_config(f: Features, tp: int, cp: int, etp: int, ep: int, seq: int, mbs: int,
+                    recompute: frozenset[str] | None) -> act.ActConfig:
     unfused = f.attention_backend in ("unfused", "local") or f.transformer_impl == "local"
     rec = frozenset(f.recompute_modules) if f.recompute_granularity == "selective" else frozenset()
     if f.recompute_granularity == "selective" and not f.recompute_modules:
         rec = frozenset({"core_attn"})  # MCore default module list
     off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
     return _act_config(
-        seq=seq, mbs=mbs, tp=lay.tp, cp=lay.cp, etp=lay.expert_tp,
-        sp=bool(f.sequence_parallel and lay.tp > 1), fp8=f.precision in FP8_PRECISIONS,
+        seq=seq, mbs=mbs, tp=tp, cp=cp, etp=etp,
+        sp=bool(f.sequence_parallel and tp > 1), fp8=f.precision in FP8_PRECISIONS,
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
         routing_factor=expert_load(f), recompute=rec if recompute is None else recompute, offload=off,
-        ep=lay.ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
+        ep=ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
     )
 
@@ -555,6 +558,29 @@ def device_peaks(job: Job, order: Iterable[int] | None = None) -> Iterator[tuple
     context, NCCL, DeepEP: what the headroom policy of :func:`estimate_memory` tests) and ``peak_allocated_gib`` of
     its stages (same values, one implementation)."""
     return _rank_memory(job, act_config(job), "device", order)
+
+
+def non_torch_gib(job: Job) -> float:
+    """GiB outside PyTorch (CUDA context, NCCL, DeepEP / HybridEP buffers): the same on every PP rank, and what
+    :func:`device_peaks` adds to each rank's reserved GiB of :func:`reserved_peaks` (``device = reserved + this``)."""
+    return _rank_static(job).tail.kinds(0.0, 0.0)[2]
+
+
+#: Features fields that change the memory model only through the non-PyTorch runtime tail (DeepEP / HybridEP
+#: buffers, :func:`non_torch_gib`) and the allgather dispatcher's gathered tokens (an activation,
+#: ``ActConfig.allgather_dispatcher``): jobs that differ only here, none of them with the allgather dispatcher, have
+#: the same reserved GiB on every rank (tests/test_plan_fastpath.py checks it)
+DISPATCHER_FEATURES = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend")
+
+
+@memo(maxsize=65536)
+def reserved_features(f: Features) -> Features:
+    """One representative of the features whose jobs have the same :func:`reserved_peaks` (on any layout, batch and
+    system) by :data:`DISPATCHER_FEATURES`: ``f`` with the alltoall dispatcher unless it uses allgather (its own
+    class); one instance per value (:func:`moetune.memo.canonical`)."""
+    if f.moe_token_dispatcher_type == "allgather":
+        return canonical(f)
+    return canonical(f.model_copy(update={"moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None}))
 
 
 def fits_capacity(device_gib: float, capacity_gib: float, headroom: float) -> bool:

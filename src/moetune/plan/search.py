@@ -44,6 +44,9 @@ from moetune.perfmodel.memory import (
     estimate_memory,
     fits_capacity,
     headroom_gib,
+    non_torch_gib,
+    reserved_features,
+    reserved_peaks,
     weight_and_optimizer_bytes,
 )
 from moetune.perfmodel.schedule import pipeline_step
@@ -510,6 +513,7 @@ class Search:
         self._fit_cache: dict[tuple, tuple[bool, Job]] = {}  # fits the headroom policy, and the job it was tested on
         self._full_mem: dict[tuple, Any] = {}
         self._overflow_rank: dict[tuple, int] = {}  # per layout: the rank that overflowed last (tested first next)
+        self._reserved: dict[tuple, dict[int, float]] = {}  # per (layout, reserved_features): reserved GiB per rank
         self._time_only = {f: False for f in TIME_ONLY_FEATURES}
 
     # ----------------------------------------------------------------------------------------------------------
@@ -804,7 +808,13 @@ class Search:
     def fits(self, lp: LayoutPoint, feats: Features) -> bool:
         """``_fits_peaks(memory_of(lp, feats))[0]``, exactly: the most-loaded rank fits iff every rank fits (x + h - c
         is monotone in x, also in floating point), so the ranks are priced one by one and the test stops at the first
-        that overflows (the one that overflowed last for this layout is tried first)."""
+        that overflows (the one that overflowed last for this layout is tried first).
+
+        A rank's device GiB is its reserved GiB plus the job's non-PyTorch GiB (:func:`moetune.perfmodel.memory.
+        device_peaks` adds :func:`~moetune.perfmodel.memory.non_torch_gib`, one float addition), and the reserved
+        GiB are the same for the dispatcher variants of a job (:data:`~moetune.perfmodel.memory.DISPATCHER_FEATURES`,
+        :func:`~moetune.perfmodel.memory.reserved_features`): a rank's reserved GiB is priced once for all of them
+        (:func:`~moetune.perfmodel.memory.reserved_peaks`), each variant adds its own non-PyTorch GiB."""
         key = self.mem_key(lp, feats)
         got = self._fit_cache.get(key)
         if got is None:
@@ -812,9 +822,17 @@ class Search:
             lk = lp.key()
             first = self._overflow_rank.get(lk, 0)
             order = [first, *(i for i in range(lp.pp) if i != first)]
+            known = self._reserved.setdefault((lk, reserved_features(self._mem_feats[id(feats)])), {})
+            missing = [i for i in order if i not in known]
+            fresh = reserved_peaks(job, missing) if missing else iter(())
+            non_torch = non_torch_gib(job)
             ok = True
-            for i, peaks in zip(order, device_peaks(job, order), strict=True):
-                if not _fits_peaks([peaks], self.capacity, self.headroom)[0]:
+            for i in order:
+                if i in known:
+                    reserved = known[i]
+                else:
+                    reserved = known[i] = next(fresh)[0]
+                if not fits_capacity(reserved + non_torch, self.capacity, self.headroom):
                     self._overflow_rank[lk] = i
                     ok = False
                     break
