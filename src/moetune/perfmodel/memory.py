@@ -198,10 +198,16 @@ def _all_rank_params(m: ModelArch, lay) -> tuple[tuple[float, float, float, tupl
     return tuple(_rank_params_cached(m, lay, r.pp_rank) for r in pipeline_ranks(m, lay))
 
 
-@memo(maxsize=131072)
 def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, float, tuple[float, ...]]:
-    rank = pipeline_ranks(m, lay)[pp_rank]
-    tp, ep, etp = lay.tp, lay.ep, lay.expert_tp
+    """:func:`_split_rank_params` of the layout's fields that it reads (layouts that differ in CP or DP share it)."""
+    return _split_rank_params(m, split_fields(lay), lay.tp, lay.ep, lay.expert_tp, pp_rank)
+
+
+@memo(maxsize=131072)
+def _split_rank_params(m: ModelArch, fields: SplitFields, tp: int, ep: int, etp: int, pp_rank: int
+                       ) -> tuple[float, float, float, tuple[float, ...]]:
+    rank = _pipeline_ranks(m, fields)[pp_rank]
+    pp = fields.pp
     dense = expert = lin = 0.0
     per_chunk: list[float] = []
     vocab = _vocab_params_per_rank(m, tp)
@@ -221,7 +227,7 @@ def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, 
         if ch.loss:
             cd += final_norm_params(m)
             # output layer; tied weights still need a copy on the last stage when PP > 1
-            if m.untie_embeddings_and_output_weights or lay.pp > 1 or not has_emb_anywhere:
+            if m.untie_embeddings_and_output_weights or pp > 1 or not has_emb_anywhere:
                 cd += vocab
         if ch.mtp_layers:
             copies = 1 if m.mtp_use_repeated_layer else ch.mtp_layers
