@@ -442,8 +442,8 @@ def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, 
     offl = 0.0
     full = granularity == "full"
     n_rec = num_layers or 1
-    inp = act.layer_input_bytes(m, cfg)
     if full and layers:
+        inp = act.layer_input_bytes(m, cfg)
         if method == "block":
             rec, keep = layers[:n_rec], layers[n_rec:]
             saved += inp * len(rec)
