@@ -109,7 +109,6 @@ class FrozenMap(dict):
         return (FrozenMap, (dict(self),))
 
 
-
 class HashedTuple(tuple):
     """A tuple whose hash is computed once (tuples re-hash every element on every lookup): a nested-tuple key of
     memoised functions, such as the per-chunk layer signatures of the memory model. Equal to, and hashing like, the
