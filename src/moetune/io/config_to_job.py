@@ -581,6 +581,10 @@ def config_to_megatron_args(cfg: dict) -> list[str]:
             and cfg.get("frontend", "bridge") == "bridge":
         m["expert_tensor_parallel_size"] = bridge_default_etp(m.get("tensor_model_parallel_size") or 1,
                                                               m.get("expert_model_parallel_size") or 1)
+    if m.get("pipeline_model_parallel_layout") and m.get("virtual_pipeline_model_parallel_size"):
+        # Megatron-LM takes the virtual stages from the layout string and accepts at most one of
+        # --pipeline-model-parallel-layout / --num-virtual-stages-per-pipeline-rank (arguments.py validate_args)
+        m = {**m, "virtual_pipeline_model_parallel_size": None}
     sections = {**{k: v for k, v in cfg.items() if isinstance(v, dict)}, **lifted, "model": m}
     emitted: set[str] = set()
     for path, (flag, typ) in _REV.items():

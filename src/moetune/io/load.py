@@ -733,16 +733,24 @@ def reproduce_command(job: Job, recipe: str | None, recipe_layout: Layout | None
 
 
 def build_published_job(*, model: Any, system: str, gpus: int, precision: str, gbs: int, mbs: int, seq: int, tp: int,
-                        pp: int, cp: int, vp: int | None, ep: int, etp: int | None = None, fsdp: int = 0) -> Job:
+                        pp: int, cp: int, vp: int | None, ep: int, etp: int | None = None, fsdp: int = 0,
+                        release: str | None = None) -> Job:
     """The Job of a published Bridge performance row (the "recipe path" of bench/steptime_accuracy.py and of
     ``moetune calibrate``): the table's layout and batch, features from the Bridge perf recipe for that
     model/system/precision when one exists (else library defaults), routing force-balanced and dropless (the tables'
-    footnote)."""
+    footnote). With the row's ``release``, the searched features (dispatcher, CUDA graphs, EP overlap, recompute,
+    offloading) are those of the workload preset the release was published with, where one has the row's layout
+    and batch (:mod:`moetune.catalog.release_configs`)."""
+    from moetune.catalog.release_configs import preset_features, release_preset
     from moetune.catalog.systems import get_system
 
     sysm = get_system(system)
     rjob, notes = recipe_job(model, sysm, gpus, precision)
     feats = rjob.features if rjob is not None else None
+    preset = None
+    if release:
+        preset = release_preset(model.name, sysm.name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp,
+                                ep=ep, etp=etp, gbs=gbs, mbs=mbs)
     pl_fields: dict[str, Any] = {}
     if rjob is not None and rjob.layout.pp == pp and rjob.layout.vpp_size == (vp or 1):
         rl = rjob.layout
@@ -751,6 +759,9 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
                      "num_layers_in_last_pipeline_stage": rl.num_layers_in_last_pipeline_stage,
                      "account_for_embedding_in_pipeline_split": rl.account_for_embedding_in_pipeline_split,
                      "account_for_loss_in_pipeline_split": rl.account_for_loss_in_pipeline_split}
+    if preset is not None and preset.fields.get("pp_layout"):
+        # the preset's own Megatron layout string (else the recipe helper's, as the release's launcher did)
+        pl_fields = {"pipeline_layout": preset.fields["pp_layout"]}
     update: dict[str, Any] = {"precision": precision, "moe_router_force_load_balancing": True,
                               "moe_expert_capacity_factor": None, "sequence_parallel": tp > 1}
     if fsdp:
@@ -760,6 +771,12 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     if feats is None:
         feats = Features()
         notes.append("no Bridge perf recipe for this model/system/precision: library defaults")
+    if preset is not None:
+        pupd, pnotes = preset_features(preset, sysm.gpu.name)
+        if not model.is_moe:
+            pupd = {k: v for k, v in pupd.items() if not k.startswith(("moe_", "overlap_moe", "delay_wgrad"))}
+        update.update(pupd)
+        notes.extend(pnotes)
     if not model.is_moe:
         update["overlap_moe_expert_parallel_comm"] = False
         if rjob is None and tp > 1:
@@ -771,8 +788,11 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
         update["overlap_moe_expert_parallel_comm"] = False
     if not (update.get("sequence_parallel") and tp > 1):
         update["tp_comm_overlap"] = False
-    if feats.overlap_moe_expert_parallel_comm and pp > 1 and not (vp and vp > 1):
+    if update.get("overlap_moe_expert_parallel_comm", feats.overlap_moe_expert_parallel_comm) and pp > 1 and not (
+            vp and vp > 1):
         update["overlap_moe_expert_parallel_comm"] = False
+    if not update.get("overlap_moe_expert_parallel_comm", feats.overlap_moe_expert_parallel_comm):
+        update["delay_wgrad_compute"] = False  # delayed wgrad needs EP overlap (docs/rules.md §4.1)
     feats = feats.model_copy(update=update)
     layout = Layout(tp=tp, pp=pp, vpp=vp if (vp and vp > 1) else None, cp=cp, ep=ep, etp=etp, **pl_fields)
     return Job(model=model, system=sysm, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,

@@ -400,8 +400,8 @@ def precision_variants(label: str) -> list[str]:
 def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> tuple[list[MeasuredRun], list[str]]:
     """Rows of a measured-throughput CSV as jobs; returns (runs, skipped-row descriptions).
 
-    ``job_builder(model, system, gpus, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, etp, fsdp)`` makes the Job
-    (features from the Bridge recipe when one exists). A cell such as ``FP8-CS (FP8-MX)`` with numbers
+    ``job_builder(model, system, gpus, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, etp, fsdp, release)`` makes
+    the Job (features from the Bridge recipe, or the release's workload preset, when one exists). A cell such as ``FP8-CS (FP8-MX)`` with numbers
     ``37556 (36108)`` is two runs. Rows whose model is not in the catalog, or whose precision is not given, are
     skipped with the reason.
     """
@@ -459,6 +459,7 @@ def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> t
                     vp=_int(row["vp"], "vp", None, alt=alt), ep=_int(row["ep"], "ep", 1, alt=alt),
                     etp=_int(row.get("etp", ""), "etp", None, alt=alt),
                     fsdp=_int(row.get("fsdp", ""), "fsdp", 0, alt=alt) or 0,
+                    release=row.get("release", "").strip() or None,
                 )
             except InputError as exc:
                 skipped.append(f"{desc} [{plab}]: {exc}")

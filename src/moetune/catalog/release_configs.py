@@ -1,0 +1,153 @@
+"""Megatron-Bridge performance presets as published per release (``release_configs.json``, written by
+``tools/extract_release_configs.py`` from the Bridge history; its ``_source`` names the files and commits).
+
+Each published throughput row was run with the ``WorkloadBaseConfig`` preset of its release, not with today's flat
+recipe: the Qwen3-30B-A3B B200 rows of 25.11 and 26.02 ran the alltoall dispatcher with router-only CUDA graphs at
+MBS 1 (HybridEP arrived for B200 in 0ec1df783, 2026-02-27); the 25.11 H100 rows used PP2 VP12 with EP A2A overlap
+and no graphs. :func:`release_preset` finds the preset of a row - same model, GPU, precision and release, and the
+row's own parallelism and batch (which also picks among a preset's V1 / V2 versions) - and :func:`preset_features`
+turns it into Features updates with the semantics of ``scripts/performance/utils/overrides.py``
+(``set_workload_base_configs``) and ``apply_flex_dispatcher_backend`` of that commit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from moetune.memo import memo
+
+#: the preset token of each run precision (``<MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_<VERSION>``)
+PRECISION_TOKEN = {"bf16": "BF16", "fp8_cs": "FP8_CS", "fp8_delayed": "FP8_DS", "mxfp8": "FP8_MX", "nvfp4": "NVFP4"}
+#: WorkloadBaseConfig fields that are modelled (the others are reported, not priced)
+MODELLED = frozenset({
+    "num_gpus", "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "virtual_pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
+    "global_batch_size", "micro_batch_size", "use_megatron_fsdp", "cuda_graph_impl", "cuda_graph_scope",
+    "cpu_offloading_num_layers", "recompute_num_layers", "recompute_modules", "moe_flex_dispatcher_backend",
+    "moe_a2a_overlap", "peft", "pp_layout",
+})
+
+
+@dataclass(frozen=True)
+class ReleasePreset:
+    """One preset of one release: its name, the commit it was read at, its fields (defaults filled in) and the
+    flex-dispatcher device gate of that commit."""
+
+    release: str
+    name: str
+    commit: str
+    fields: dict[str, Any]
+    flex_gate: dict[str, str]
+
+
+@memo(maxsize=1)
+def _data() -> dict:
+    return json.loads(resources.files("moetune.catalog").joinpath("release_configs.json").read_text())
+
+
+def releases() -> tuple[str, ...]:
+    """The releases with presets (those published before the flat recipes replaced the presets)."""
+    return tuple(_data()["releases"])
+
+
+def _key(s: str) -> str:
+    return re.sub(r"[^A-Z0-9]", "", s.upper())
+
+
+def _gpu_token(system_name: str) -> str:
+    """``DGX-GB200`` / ``GB200-NVL72`` -> ``GB200``."""
+    return system_name.upper().removeprefix("DGX-").split("-")[0]
+
+
+def release_preset(model_name: str, system_name: str, precision: str, release: str, *, gpus: int, tp: int, pp: int,
+                   cp: int, vp: int | None, ep: int, etp: int | None, gbs: int, mbs: int) -> ReleasePreset | None:
+    """The preset a published row of ``release`` ran with: the one with the row's model, GPU, precision, parallelism
+    (TP, PP, CP, VP, EP, ETP), GPU count and batch, else the first (by name) with its parallelism alone; None when the
+    release has no presets or none has the row's parallelism."""
+    rel = _data()["releases"].get(release)
+    tok = PRECISION_TOKEN.get(precision)
+    if rel is None or tok is None:
+        return None
+    want = (tp, pp, cp, vp if vp and vp > 1 else None, ep, etp or 1, gpus, gbs, mbs)
+    prefix = f"_PRETRAIN_CONFIG_{_gpu_token(system_name)}_{tok}_"
+    model_key = _key(model_name)
+    table = _data()["table"]
+    same_parallelism = None
+    for name in sorted(rel["presets"]):
+        head, sep, tail = name.partition(prefix)
+        if not sep or _key(head) != model_key or not re.fullmatch(r"V\d+|BASE_CONFIG", tail):
+            continue
+        f = {**rel["defaults"], **table[rel["presets"][name]]}
+        vpf = f["virtual_pipeline_model_parallel_size"]
+        got = (f["tensor_model_parallel_size"], f["pipeline_model_parallel_size"], f["context_parallel_size"],
+               vpf if vpf and vpf > 1 else None, f["expert_model_parallel_size"], f["expert_tensor_parallel_size"] or 1,
+               f["num_gpus"], f["global_batch_size"], f["micro_batch_size"])
+        if got == want:
+            return ReleasePreset(release, name, rel["commit"], f, dict(rel["flex_gate"]))
+        if got[:6] == want[:6] and same_parallelism is None:
+            same_parallelism = ReleasePreset(release, name, rel["commit"], f, dict(rel["flex_gate"]))
+    # else the preset with the row's parallelism and another batch or scale (a table's scaled-out run of it)
+    return same_parallelism
+
+
+def _flex_allowed(backend: str, gpu_name: str, gate: dict[str, str]) -> bool:
+    """``apply_flex_dispatcher_backend``'s device check at the preset's commit (module doc): HybridEP on GB200/GB300
+    only, or on SM 8.x-10.x (every GPU of the catalog); DeepEP on Ampere, Hopper, B200 and B300."""
+    g = gpu_name.upper()
+    rule = gate.get(backend, "")
+    if backend == "hybridep":
+        return ("GB200" in g or "GB300" in g) if rule == "GB200,GB300" else True
+    if backend == "deepep":
+        return not ("GB200" in g or "GB300" in g)
+    return False
+
+
+def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], list[str]]:
+    """Features updates of a preset (overrides.py semantics) and notes: CUDA graphs as set (unset = none); the flex
+    dispatcher with its backend where the commit's device gate admits the GPU, else the Bridge MoE providers'
+    ``alltoall``; ``moe_a2a_overlap`` = EP overlap + delayed wgrad; ``recompute_modules`` = selective,
+    ``recompute_num_layers`` = full / block; ``cpu_offloading_num_layers``; Megatron-FSDP."""
+    f = p.fields
+    upd: dict[str, Any] = {}
+    notes = [f"features of Bridge preset {p.name} (release {p.release}, commit {p.commit[:9]})"]
+    impl = f.get("cuda_graph_impl")
+    scope = f.get("cuda_graph_scope")
+    if isinstance(scope, str):
+        scope = [scope]
+    if impl in (None, "none"):
+        upd.update(cuda_graph_impl="none", cuda_graph_scope=())
+    elif impl == "full_iteration" or (scope and "full_iteration" in scope):
+        # MCore's whole-step graph: ``local`` with the ``full_iteration`` scope (Features' spelling)
+        upd.update(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
+    else:
+        upd.update(cuda_graph_impl=impl, cuda_graph_scope=tuple(scope or ()))
+    backend = f.get("moe_flex_dispatcher_backend")
+    if backend and _flex_allowed(backend, gpu_name, p.flex_gate):
+        upd.update(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend)
+    else:
+        upd.update(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None)
+        if backend:
+            notes.append(f"{backend} not applied on {gpu_name} at that commit (device gate): alltoall")
+    on = bool(f.get("moe_a2a_overlap"))
+    upd.update(overlap_moe_expert_parallel_comm=on, delay_wgrad_compute=on)
+    if f.get("recompute_num_layers") is not None:
+        upd.update(recompute_granularity="full", recompute_method="block",
+                   recompute_num_layers=int(f["recompute_num_layers"]), recompute_modules=())
+    elif f.get("recompute_modules"):
+        upd.update(recompute_granularity="selective", recompute_method=None, recompute_num_layers=None,
+                   recompute_modules=tuple(f["recompute_modules"]))
+    else:
+        upd.update(recompute_granularity=None, recompute_method=None, recompute_num_layers=None, recompute_modules=())
+    n_off = f.get("cpu_offloading_num_layers")
+    if n_off:
+        upd.update(cpu_offloading=True, cpu_offloading_num_layers=int(n_off))
+    if f.get("use_megatron_fsdp"):
+        upd["use_megatron_fsdp"] = True
+    other = sorted(k for k, v in f.items() if k not in MODELLED and v not in (None, False, 0, [], ""))
+    if other:
+        notes.append(f"preset fields not modelled: {', '.join(other)}")
+    return upd, notes

@@ -1,0 +1,90 @@
+"""Per-release Bridge workload presets (moetune.catalog.release_configs) and their use for published rows."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from moetune.catalog.models import get_model
+from moetune.catalog.release_configs import preset_features, release_preset, releases
+from moetune.io.load import build_published_job
+from moetune.perfmodel.calibration import read_measured_csv
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+QWEN_B200 = dict(gpus=8, tp=1, pp=1, cp=1, vp=None, ep=8, etp=None, gbs=512)
+
+
+def test_catalog_file_has_its_provenance_and_releases_in_order():
+    raw = json.loads(resources.files("moetune.catalog").joinpath("release_configs.json").read_text())
+    assert "Megatron-Bridge" in raw["_source"] and "extract_release_configs" in raw["_source"]
+    rels = releases()
+    assert rels[0] == "25.11" and "26.08" not in rels  # 26.08 was published with the flat recipes
+    dates = [raw["releases"][r]["date"] for r in rels]
+    assert dates == sorted(dates)
+    for r in rels:
+        assert len(raw["releases"][r]["commit"]) == 40
+
+
+def test_qwen3_b200_dispatcher_follows_the_release():
+    """25.11: no flex backend in the B200 preset (alltoall); 26.02: DeepEP; 26.02.01: HybridEP with attention graphs
+    (Bridge 0ec1df783 moved the B200 preset to HybridEP on 2026-02-27)."""
+    seen = {}
+    for rel, mbs in (("25.11", 1), ("26.02", 1), ("26.02.01", 4)):
+        p = release_preset("Qwen3-30B-A3B", "DGX-B200", "mxfp8", rel, mbs=mbs, **QWEN_B200)
+        assert p is not None and p.release == rel
+        upd, notes = preset_features(p, "B200")
+        seen[rel] = (upd["moe_token_dispatcher_type"], upd["moe_flex_dispatcher_backend"], upd["cuda_graph_scope"])
+        assert p.name in notes[0]
+    assert seen["25.11"] == ("alltoall", None, ("moe_router", "moe_preprocess"))
+    assert seen["26.02"][:2] == ("flex", "deepep")
+    assert seen["26.02.01"] == ("flex", "hybridep", ("attn", "moe_router", "moe_preprocess"))
+
+
+def test_a_preset_needs_the_rows_parallelism_and_prefers_its_batch():
+    exact = release_preset("Qwen3-30B-A3B", "DGX-B200", "mxfp8", "25.11", mbs=1, **QWEN_B200)
+    other_batch = release_preset("Qwen3-30B-A3B", "DGX-B200", "mxfp8", "25.11", mbs=4, **QWEN_B200)
+    assert exact is not None and other_batch is not None and other_batch.fields["micro_batch_size"] == 1
+    assert release_preset("Qwen3-30B-A3B", "DGX-B200", "mxfp8", "25.11", mbs=1, **{**QWEN_B200, "ep": 4}) is None
+    assert release_preset("Qwen3-30B-A3B", "DGX-B200", "mxfp8", "26.08", mbs=4, **QWEN_B200) is None
+    assert release_preset("Qwen3-30B-A3B", "DGX-B200", "mxfp8", "not-a-release", mbs=1, **QWEN_B200) is None
+
+
+def test_hybridep_device_gate_of_25_11_keeps_alltoall_off_gb200():
+    """At 97ad8cc6f ``apply_flex_dispatcher_backend`` applied HybridEP on GB200/GB300 only."""
+    p = release_preset("Qwen3-30B-A3B", "DGX-GB200", "mxfp8", "25.11", gpus=8, tp=1, pp=1, cp=1, vp=None, ep=8,
+                       etp=None, gbs=512, mbs=4)
+    assert p is not None and p.flex_gate["hybridep"] == "GB200,GB300"
+    assert preset_features(p, "GB200")[0]["moe_flex_dispatcher_backend"] == "hybridep"
+    upd, notes = preset_features(p, "H100")
+    assert upd["moe_token_dispatcher_type"] == "alltoall" and any("device gate" in n for n in notes)
+
+
+def test_moe_a2a_overlap_means_ep_overlap_and_delayed_wgrad():
+    p = release_preset("Qwen3-30B-A3B", "DGX-H100", "fp8_cs", "25.11", gpus=16, tp=1, pp=2, cp=1, vp=12, ep=8,
+                       etp=None, gbs=512, mbs=1)
+    assert p is not None
+    upd, _ = preset_features(p, "H100")
+    assert upd["overlap_moe_expert_parallel_comm"] and upd["delay_wgrad_compute"]
+    assert upd["cuda_graph_impl"] == "none"
+
+
+def test_published_rows_take_their_release_preset():
+    runs, _ = read_measured_csv(DATA / "perf" / "mbridge_perf_calibration.csv", job_builder=build_published_job)
+    with_preset = [r for r in runs if any(a.startswith("features of Bridge preset") for a in r.job.assumptions)]
+    assert len(with_preset) >= 120
+    assert all(r.release in releases() for r in with_preset)
+    row = next(r for r in runs if r.label.startswith("line 162:"))  # Qwen3-30B-A3B DGX-B200 25.11, MBS1
+    f = row.job.features
+    assert (f.moe_token_dispatcher_type, f.cuda_graph_scope) == ("alltoall", ("moe_router", "moe_preprocess"))
+
+
+@pytest.mark.parametrize("release", [None, "26.08"])
+def test_without_a_preset_the_current_recipe_is_used(release):
+    kw = dict(model=get_model("Qwen3-30B-A3B"), system="DGX-B200", gpus=8, precision="mxfp8", gbs=512, mbs=4,
+              seq=4096, tp=1, pp=1, cp=1, vp=None, ep=8)
+    job = build_published_job(**kw, release=release)
+    assert job.features == build_published_job(**kw).features
+    assert not any("preset" in a for a in job.assumptions)
