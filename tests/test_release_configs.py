@@ -88,3 +88,25 @@ def test_without_a_preset_the_current_recipe_is_used(release):
     job = build_published_job(**kw, release=release)
     assert job.features == build_published_job(**kw).features
     assert not any("preset" in a for a in job.assumptions)
+
+
+def test_a_row_the_publishing_commit_no_longer_has_takes_the_earlier_version():
+    """26.02 Qwen3-30B-A3B H100 (PP2 VP12 MBS1, GBS 1024): by c0b9a0003 the preset had moved to EP16 without PP, so
+    the row's own layout is found in an earlier version of the same release window."""
+    p = release_preset("Qwen3-30B-A3B", "DGX-H100", "fp8_cs", "26.02", gpus=16, tp=1, pp=2, cp=1, vp=12, ep=8,
+                       etp=None, gbs=1024, mbs=1)
+    assert p is not None and p.fields["pipeline_model_parallel_size"] == 2
+    assert not p.commit.startswith("c0b9a0003")
+
+
+def test_offloading_and_unmodelled_fields_of_a_preset():
+    from moetune.catalog.release_configs import ReleasePreset
+
+    p = ReleasePreset("26.06", "X_PRETRAIN_CONFIG_GB300_FP8_MX_FSDP", "0" * 40,
+                      {"fine_grained_activation_offloading": True, "offload_modules": ["core_attn", "attn_proj"],
+                       "cpu_offloading_num_layers": 2, "cutedsl_fused_grouped_mlp": True, "use_megatron_fsdp": True},
+                      {"hybridep": "sm8x,sm9x,sm10x", "deepep": "sm8x,sm9x,B200,B300"})
+    upd, notes = preset_features(p, "GB300")
+    assert upd["fine_grained_activation_offloading"] and upd["offload_modules"] == ("core_attn", "attn_proj")
+    assert upd["cpu_offloading"] and upd["cpu_offloading_num_layers"] == 2 and upd["use_megatron_fsdp"]
+    assert any("cutedsl_fused_grouped_mlp" in n for n in notes)

@@ -95,34 +95,67 @@ def _flex_gate(src: str) -> dict[str, str]:
             "deepep": "sm8x,sm9x,B200,B300"}
 
 
+def _presets_at(repo: Path, commit: str) -> dict[str, dict]:
+    """Every pretraining preset of a commit ({} when the commit has no preset modules)."""
+    files = [f for f in git(repo, "ls-tree", "-r", "--name-only", commit, "scripts/performance/configs").split()
+             if f.endswith("_workload_base_configs.py")]
+    if not files:
+        return {}
+    cls = _dataclass_of(git(repo, "show", f"{commit}:{UTILS}"))
+    out: dict[str, dict] = {}
+    for f in sorted(files):
+        try:
+            out.update(_presets(git(repo, "show", f"{commit}:{f}"), f, cls))
+        except Exception as exc:  # noqa: BLE001 - an intermediate commit whose module does not run alone
+            print(f"  {commit[:9]} {f}: skipped ({type(exc).__name__}: {exc})", file=sys.stderr)
+    return out
+
+
 def extract(repo: Path) -> dict:
+    """Per release: the presets at its publishing commit and, as ``earlier``, the preset versions of the commits
+    since the previous release's publishing commit (newest first) that differ from those - a row whose layout no
+    preset of the publishing commit has may have run one of them (see moetune.catalog.release_configs)."""
     releases: dict[str, dict] = {}
+    prev = release_commit(repo, "25.09")
     for rel in RELEASES:
         found = release_commit(repo, rel)
         if found is None:
             continue
         commit, date = found
-        files = [f for f in git(repo, "ls-tree", "-r", "--name-only", commit, "scripts/performance/configs").split()
-                 if f.endswith("_workload_base_configs.py")]
-        if not files:
+        window_start, prev = prev, found
+        presets = _presets_at(repo, commit)
+        if not presets:
             continue  # published with the flat recipes (after c8327cfc2)
         cls = _dataclass_of(git(repo, "show", f"{commit}:{UTILS}"))
-        presets: dict[str, dict] = {}
-        for f in sorted(files):
-            presets.update(_presets(git(repo, "show", f"{commit}:{f}"), f, cls))
         defaults = {f.name: getattr(cls(), f.name) for f in dataclasses.fields(cls)}
+        seen = {(n, json.dumps(v, sort_keys=True)) for n, v in presets.items()}
+        earlier = []
+        span = f"{window_start[0]}..{commit}^" if window_start else f"{commit}^"
+        for c in git(repo, "log", "--format=%H %ad", "--date=short", span, "--",
+                     "scripts/performance/configs").splitlines():
+            h, d = c.split()
+            new = {}
+            for n, v in _presets_at(repo, h).items():
+                k = (n, json.dumps(v, sort_keys=True))
+                if k not in seen:
+                    seen.add(k)
+                    new[n] = v
+            if new:
+                earlier.append({"commit": h, "date": d, "presets": new,
+                                "flex_gate": _flex_gate(git(repo, "show", f"{h}:{FLEX}"))})
         releases[rel] = {"commit": commit, "date": date, "flex_gate": _flex_gate(git(repo, "show", f"{commit}:{FLEX}")),
-                         "defaults": defaults, "presets": presets}
+                         "defaults": defaults, "presets": presets, "earlier": earlier}
     # each distinct preset once: releases map a preset name to its row of ``table``
     table: list[dict] = []
     index: dict[str, int] = {}
     for r in releases.values():
-        for name, fields in r["presets"].items():
-            key = json.dumps(fields, sort_keys=True)
-            if key not in index:
-                index[key] = len(table)
-                table.append(fields)
-            r["presets"][name] = index[key]
+        for group in (r, *r["earlier"]):
+            for name, fields in group["presets"].items():
+                key = json.dumps(fields, sort_keys=True)
+                if key not in index:
+                    index[key] = len(table)
+                    table.append(fields)
+                group["presets"][name] = index[key]
     return {
         "table": table,
         "_source": "github.com/NVIDIA-NeMo/Megatron-Bridge: scripts/performance/configs/*/*_workload_base_configs.py "
@@ -141,9 +174,11 @@ def main(argv: list[str]) -> int:
     out = Path(argv[1]) if len(argv) > 1 else OUT
     data = extract(repo)
     out.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n")
-    print(f"{'release':<10} {'commit':<12} {'date':<11} {'presets':>7}  hybridep gate")
+    print(f"{'release':<10} {'commit':<12} {'date':<11} {'presets':>7} {'earlier':>7}  hybridep gate")
     for rel, r in data["releases"].items():
-        print(f"{rel:<10} {r['commit'][:10]:<12} {r['date']:<11} {len(r['presets']):>7}  {r['flex_gate']['hybridep']}")
+        n_old = sum(len(e["presets"]) for e in r["earlier"])
+        print(f"{rel:<10} {r['commit'][:10]:<12} {r['date']:<11} {len(r['presets']):>7} {n_old:>7}  "
+              f"{r['flex_gate']['hybridep']}")
     print(f"{len(data['table'])} distinct presets; wrote {out} ({out.stat().st_size / 1024:.0f} KiB)")
     return 0
 

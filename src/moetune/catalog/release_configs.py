@@ -28,7 +28,7 @@ MODELLED = frozenset({
     "virtual_pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
     "global_batch_size", "micro_batch_size", "use_megatron_fsdp", "cuda_graph_impl", "cuda_graph_scope",
     "cpu_offloading_num_layers", "recompute_num_layers", "recompute_modules", "moe_flex_dispatcher_backend",
-    "moe_a2a_overlap", "peft", "pp_layout",
+    "moe_a2a_overlap", "peft", "pp_layout", "fine_grained_activation_offloading", "offload_modules",
 })
 
 
@@ -65,9 +65,11 @@ def _gpu_token(system_name: str) -> str:
 
 def release_preset(model_name: str, system_name: str, precision: str, release: str, *, gpus: int, tp: int, pp: int,
                    cp: int, vp: int | None, ep: int, etp: int | None, gbs: int, mbs: int) -> ReleasePreset | None:
-    """The preset a published row of ``release`` ran with: the one with the row's model, GPU, precision, parallelism
-    (TP, PP, CP, VP, EP, ETP), GPU count and batch, else the first (by name) with its parallelism alone; None when the
-    release has no presets or none has the row's parallelism."""
+    """The preset a published row of ``release`` ran with (same model, GPU and precision), in this order: the one of
+    the publishing commit with the row's parallelism (TP, PP, CP, VP, EP, ETP), GPU count and batch; else the newest
+    earlier version since the previous release with all of these (the table can report a run made before the presets
+    moved on); else the first (by name) of the publishing commit with the row's parallelism alone (a scaled-out run
+    of it). None when the release has no presets or none has the row's parallelism."""
     rel = _data()["releases"].get(release)
     tok = PRECISION_TOKEN.get(precision)
     if rel is None or tok is None:
@@ -75,23 +77,27 @@ def release_preset(model_name: str, system_name: str, precision: str, release: s
     want = (tp, pp, cp, vp if vp and vp > 1 else None, ep, etp or 1, gpus, gbs, mbs)
     prefix = f"_PRETRAIN_CONFIG_{_gpu_token(system_name)}_{tok}_"
     model_key = _key(model_name)
-    table = _data()["table"]
-    same_parallelism = None
-    for name in sorted(rel["presets"]):
-        head, sep, tail = name.partition(prefix)
-        if not sep or _key(head) != model_key or not re.fullmatch(r"V\d+|BASE_CONFIG", tail):
-            continue
-        f = {**rel["defaults"], **table[rel["presets"][name]]}
-        vpf = f["virtual_pipeline_model_parallel_size"]
-        got = (f["tensor_model_parallel_size"], f["pipeline_model_parallel_size"], f["context_parallel_size"],
-               vpf if vpf and vpf > 1 else None, f["expert_model_parallel_size"], f["expert_tensor_parallel_size"] or 1,
-               f["num_gpus"], f["global_batch_size"], f["micro_batch_size"])
-        if got == want:
-            return ReleasePreset(release, name, rel["commit"], f, dict(rel["flex_gate"]))
-        if got[:6] == want[:6] and same_parallelism is None:
-            same_parallelism = ReleasePreset(release, name, rel["commit"], f, dict(rel["flex_gate"]))
-    # else the preset with the row's parallelism and another batch or scale (a table's scaled-out run of it)
-    return same_parallelism
+    gate = dict(rel["flex_gate"])
+
+    def matches(group: dict, n_fields: int) -> ReleasePreset | None:
+        for name in sorted(group["presets"]):
+            head, sep, tail = name.partition(prefix)
+            if not sep or _key(head) != model_key or not re.fullmatch(r"V\d+|BASE_CONFIG", tail):
+                continue
+            f = {**rel["defaults"], **_data()["table"][group["presets"][name]]}
+            vpf = f["virtual_pipeline_model_parallel_size"]
+            got = (f["tensor_model_parallel_size"], f["pipeline_model_parallel_size"], f["context_parallel_size"],
+                   vpf if vpf and vpf > 1 else None, f["expert_model_parallel_size"],
+                   f["expert_tensor_parallel_size"] or 1, f["num_gpus"], f["global_batch_size"], f["micro_batch_size"])
+            if got[:n_fields] == want[:n_fields]:
+                return ReleasePreset(release, name, group["commit"], f, dict(group.get("flex_gate", gate)))
+        return None
+
+    for group in (rel, *rel.get("earlier", ())):
+        found = matches(group, 9)
+        if found is not None:
+            return found
+    return matches(rel, 6)
 
 
 def _flex_allowed(backend: str, gpu_name: str, gate: dict[str, str]) -> bool:
@@ -110,7 +116,8 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
     """Features updates of a preset (overrides.py semantics) and notes: CUDA graphs as set (unset = none); the flex
     dispatcher with its backend where the commit's device gate admits the GPU, else the Bridge MoE providers'
     ``alltoall``; ``moe_a2a_overlap`` = EP overlap + delayed wgrad; ``recompute_modules`` = selective,
-    ``recompute_num_layers`` = full / block; ``cpu_offloading_num_layers``; Megatron-FSDP."""
+    ``recompute_num_layers`` = full / block; ``cpu_offloading_num_layers``; fine-grained activation offloading of
+    ``offload_modules``; Megatron-FSDP."""
     f = p.fields
     upd: dict[str, Any] = {}
     notes = [f"features of Bridge preset {p.name} (release {p.release}, commit {p.commit[:9]})"]
@@ -145,6 +152,8 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
     n_off = f.get("cpu_offloading_num_layers")
     if n_off:
         upd.update(cpu_offloading=True, cpu_offloading_num_layers=int(n_off))
+    if f.get("fine_grained_activation_offloading"):
+        upd.update(fine_grained_activation_offloading=True, offload_modules=tuple(f.get("offload_modules") or ()))
     if f.get("use_megatron_fsdp"):
         upd["use_megatron_fsdp"] = True
     other = sorted(k for k, v in f.items() if k not in MODELLED and v not in (None, False, 0, [], ""))
