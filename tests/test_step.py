@@ -220,3 +220,22 @@ def test_every_precision_label_offered_parses():
     assert parse_precision("FP8-DS") == "fp8_delayed"
     for name in BRIDGE_MIXED_PRECISION.values():
         assert BRIDGE_MIXED_PRECISION[parse_precision(name)] == name
+
+
+def test_fp8_attention_speeds_attention_only_inside_an_fp8_recipe():
+    """``fp8_dot_product_attention`` divides the attention seconds by ``attn_fp8_gain`` under an FP8 recipe; BF16
+    runs keep BF16 attention (Transformer Engine applies fp8_dpa only under an FP8 autocast)."""
+    gain = default_efficiency()["attn_fp8_gain"]
+    for prec, expect in (("fp8_cs", 1.0 / gain), ("mxfp8", 1.0 / gain), ("bf16", 1.0)):
+        off = estimate_time(qwen_job(precision=prec)).compute_detail["attention"]
+        on = estimate_time(qwen_job(precision=prec, fp8_dot_product_attention=True)).compute_detail["attention"]
+        assert on == pytest.approx(off * expect, rel=1e-9)
+
+
+def test_fp8_attention_is_read_from_a_bridge_config_and_written_back():
+    from moetune.io.config_to_job import job_from_config, job_to_config
+
+    job = qwen_job(precision="mxfp8", fp8_dot_product_attention=True)
+    cfg = job_to_config(job)
+    assert cfg["mixed_precision"]["fp8_dot_product_attention"] is True
+    assert job_from_config(cfg, system="DGX-H100", gpus=16).features.fp8_dot_product_attention

@@ -28,7 +28,7 @@ MODELLED = frozenset({
     "virtual_pipeline_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
     "global_batch_size", "micro_batch_size", "use_megatron_fsdp", "cuda_graph_impl", "cuda_graph_scope",
     "cpu_offloading_num_layers", "recompute_num_layers", "recompute_modules", "moe_flex_dispatcher_backend",
-    "moe_a2a_overlap", "peft", "pp_layout", "fine_grained_activation_offloading", "offload_modules",
+    "moe_a2a_overlap", "peft", "pp_layout", "fine_grained_activation_offloading", "offload_modules", "fp8_dot_product_attention",
 })
 
 
@@ -156,6 +156,7 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
         upd.update(fine_grained_activation_offloading=True, offload_modules=tuple(f.get("offload_modules") or ()))
     if f.get("use_megatron_fsdp"):
         upd["use_megatron_fsdp"] = True
+    upd["fp8_dot_product_attention"] = bool(f.get("fp8_dot_product_attention"))
     other = sorted(k for k, v in f.items() if k not in MODELLED and v not in (None, False, 0, [], ""))
     if other:
         notes.append(f"preset fields not modelled: {', '.join(other)}")

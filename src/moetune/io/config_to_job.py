@@ -302,6 +302,13 @@ def job_from_config(cfg: dict, *, system: str | System | None = None, gpus: int 
 _RMODS = {"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj", "mhc"}
 
 
+def _mp_field(eff: dict, model: dict, key: str) -> Any:
+    """A ``MixedPrecisionConfig`` field: from the config's ``mixed_precision`` section when it has one (Bridge
+    copies it onto the model), else the model section's copy."""
+    mp = eff.get("mixed_precision")
+    return mp.get(key) if isinstance(mp, dict) and key in mp else model.get(key)
+
+
 def features_from_effective(eff: dict, notes: list[str]) -> Features:
     m, ddp, opt = eff["model"], eff["ddp"], eff["optimizer"]
     gran = m.get("recompute_granularity")
@@ -342,6 +349,7 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
         precision=_precision(m, eff.get("mixed_precision")),
         fp8_param_gather=bool(ddp.get("fp8_param_gather")),
         first_last_layers_bf16=bool(m.get("first_last_layers_bf16")),
+        fp8_dot_product_attention=bool(_mp_field(eff, m, "fp8_dot_product_attention")),
         recompute_granularity=gran, recompute_method=m.get("recompute_method"),
         recompute_num_layers=m.get("recompute_num_layers"), recompute_modules=rmods,
         fine_grained_activation_offloading=bool(m.get("fine_grained_activation_offloading")),
@@ -466,6 +474,7 @@ def job_to_config(job: Job) -> dict:
     mp["fp8_param"] = mp["fp8_param_gather"]
     mp["grad_reduce_in_fp32"] = f.grad_reduce_in_fp32
     if mp.get("fp8"):
+        mp["fp8_dot_product_attention"] = f.fp8_dot_product_attention
         mp["first_last_layers_bf16"] = f.first_last_layers_bf16
         if not f.first_last_layers_bf16:
             mp["num_layers_at_start_in_bf16"] = mp["num_layers_at_end_in_bf16"] = 0

@@ -706,7 +706,7 @@ class Rates(NamedTuple):
     hbm_gbs: float  #: HBM bandwidth, GB/s
     hbm_eff: float  #: ``hbm_eff``
     hbm_stream_eff: float  #: ``hbm_stream_eff`` (streaming kernels: unfused attention scores)
-    attn_eff: float  #: ``attn_eff.<arch class>``
+    attn_eff: float  #: ``attn_eff.<arch class>`` (x ``attn_fp8_gain`` with FP8 attention, :func:`_fp8_attention`)
     nvlink_gbs: float  #: NVLink bus bandwidth x ``nvlink_eff``, GB/s
     nic_gbs: float  #: scale-out bandwidth x ``scaleout_eff``, GB/s
     nic_a2a_gbs: float  #: scale-out rate of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_network`)
@@ -719,12 +719,18 @@ class Rates(NamedTuple):
     host_queue_sharpness: float  #: ``host_queue_sharpness``
 
 
+def _fp8_attention(f) -> bool:
+    """FP8 attention applies: ``fp8_dot_product_attention`` inside an FP8 recipe (Transformer Engine enables
+    ``fp8_dpa`` only under an FP8 autocast recipe; BF16 and NVFP4 runs keep BF16 attention)."""
+    return f.fp8_dot_product_attention and f.precision in FP8_PRECISIONS
+
+
 @memo(maxsize=4096)
 def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, etp: int, dispatcher: str,
-              backend: str | None, grad_accum_bytes: float) -> Rates:
+              backend: str | None, grad_accum_bytes: float, fp8_attention: bool = False) -> Rates:
     """:class:`Rates` of a system, precision class and EP mesh / dispatcher under an efficiency set; read only.
     ``grad_accum_bytes``: read + write bytes per weight of the main-gradient accumulation (2 x the grad bytes of
-    :func:`moetune.perfmodel.memory.state_bytes`)."""
+    :func:`moetune.perfmodel.memory.state_bytes`); ``fp8_attention``: :func:`_fp8_attention` of the job."""
     gpu = system.gpu
     arch = gpu.arch if gpu.arch != "ampere" else "hopper"
     # Blackwell Ultra (B300/GB300) doubles the SFU exponential rate that bounds softmax in attention
@@ -745,7 +751,7 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
     return Rates(
         peak_bf16=peak_b, peak_quant=peak_q, eff_bf16=eff_b, eff_quant=eff_q, knee=eff["gemm_knee"],
         hbm_gbs=gpu.hbm_bw_gbs, hbm_eff=eff["hbm_eff"], hbm_stream_eff=eff["hbm_stream_eff"],
-        attn_eff=eff[f"attn_eff.{attn_cls}"],
+        attn_eff=eff[f"attn_eff.{attn_cls}"] * (eff["attn_fp8_gain"] if fp8_attention else 1.0),
         nvlink_gbs=system.nvlink_bw_gbs * eff["nvlink_eff"],
         nic_gbs=system.scaleout_bw_gbs * eff["scaleout_eff"], nic_a2a_gbs=nic_a2a, a2a_latency_s=a2a_lat,
         nvlink_a2a_gbs=system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
@@ -859,7 +865,7 @@ def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: i
     recompute selection (:func:`_layer_prices`); read only."""
     consts = eff.constants
     r = _rates_of(sysm, eff, pcls, qb, ep, etp, feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend,
-                  grad_accum_bytes)
+                  grad_accum_bytes, _fp8_attention(feat))
     tp_busbw = C.bus_bandwidth(tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     cp_busbw = C.bus_bandwidth(cp, tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     n_sms = 0

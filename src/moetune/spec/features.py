@@ -95,6 +95,10 @@ class Features(FrozenSpec):
     first_last_layers_bf16: bool = Field(
         default=False, description="Run the first and last decoder layers in BF16 inside an FP8/FP4 recipe. "
         "--first-last-layers-bf16; Bridge model.first_last_layers_bf16. Default False (FP8-CS recipes set it).")
+    fp8_dot_product_attention: bool = Field(
+        default=False, description="Run the attention matmuls (QK^T, PV) in FP8 inside an FP8 recipe (Transformer "
+        "Engine DotProductAttention with fp8_dpa: cuDNN FP8 fused attention). Bridge "
+        "mixed_precision.fp8_dot_product_attention (Megatron-LM has no flag for it). Default False.")
 
     # --- recompute / offload -----------------------------------------------------------------------------
     recompute_granularity: Literal["selective", "full"] | None = Field(
