@@ -110,3 +110,44 @@ def test_offloading_and_unmodelled_fields_of_a_preset():
     assert upd["fine_grained_activation_offloading"] and upd["offload_modules"] == ("core_attn", "attn_proj")
     assert upd["cpu_offloading"] and upd["cpu_offloading_num_layers"] == 2 and upd["use_megatron_fsdp"]
     assert any("cutedsl_fused_grouped_mlp" in n for n in notes)
+
+
+def _tool():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "extract_release_configs.py"
+    spec = importlib.util.spec_from_file_location("extract_release_configs", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_extraction_tool_reads_presets_and_the_flex_gate_from_source_text():
+    tool = _tool()
+    utils = '''
+import torch
+from dataclasses import dataclass
+@dataclass
+class WorkloadBaseConfig:
+    num_gpus: int = 1
+    micro_batch_size: int = 1
+    moe_flex_dispatcher_backend: Optional[str] = None
+    cuda_graph_scope: Optional[List[str]] = None
+'''
+    cls = tool._dataclass_of(utils)
+    module = '''
+from dataclasses import replace
+from utils.utils import WorkloadBaseConfig
+BASE_X = WorkloadBaseConfig(num_gpus=8)
+X_PRETRAIN_CONFIG_B200_BF16_V1 = replace(BASE_X, micro_batch_size=4, cuda_graph_scope=["attn"])
+X_PRETRAIN_CONFIG_B200_FP8_MX_V1 = X_PRETRAIN_CONFIG_B200_BF16_V1
+X_SFT_CONFIG_B200_BF16_V1 = BASE_X
+'''
+    got = tool._presets(module, "x_workload_base_configs.py", cls)
+    assert got == {"X_PRETRAIN_CONFIG_B200_BF16_V1": {"num_gpus": 8, "micro_batch_size": 4, "cuda_graph_scope": ["attn"]},
+                   "X_PRETRAIN_CONFIG_B200_FP8_MX_V1": {"num_gpus": 8, "micro_batch_size": 4,
+                                                        "cuda_graph_scope": ["attn"]}}
+    old = 'elif moe_flex_dispatcher_backend == "hybridep":\n  if not (x.name in ["NVIDIA GB200", "NVIDIA GB300"]):\nelse:'
+    new = 'elif moe_flex_dispatcher_backend == "hybridep":\n  if not device_properties.major in [8, 9, 10]:\nelse:'
+    assert tool._flex_gate(old)["hybridep"] == "GB200,GB300"
+    assert tool._flex_gate(new)["hybridep"] == "sm8x,sm9x,sm10x"
