@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from moetune.catalog.recipes import name_key
 from moetune.memo import memo
 
 #: the preset token of each run precision (``<MODEL>_PRETRAIN_CONFIG_<GPU>_<PRECISION>_<VERSION>``)
@@ -54,10 +55,6 @@ def releases() -> tuple[str, ...]:
     return tuple(_data()["releases"])
 
 
-def _key(s: str) -> str:
-    return re.sub(r"[^A-Z0-9]", "", s.upper())
-
-
 def _gpu_token(system_name: str) -> str:
     """``DGX-GB200`` / ``GB200-NVL72`` -> ``GB200``."""
     return system_name.upper().removeprefix("DGX-").split("-")[0]
@@ -76,13 +73,13 @@ def release_preset(model_name: str, system_name: str, precision: str, release: s
         return None
     want = (tp, pp, cp, vp if vp and vp > 1 else None, ep, etp or 1, gpus, gbs, mbs)
     prefix = f"_PRETRAIN_CONFIG_{_gpu_token(system_name)}_{tok}_"
-    model_key = _key(model_name)
+    model_key = name_key(model_name)
     gate = dict(rel["flex_gate"])
 
     def matches(group: dict, n_fields: int) -> ReleasePreset | None:
         for name in sorted(group["presets"]):
             head, sep, tail = name.partition(prefix)
-            if not sep or _key(head) != model_key or not re.fullmatch(r"V\d+|BASE_CONFIG", tail):
+            if not sep or name_key(head) != model_key or not re.fullmatch(r"V\d+|BASE_CONFIG", tail):
                 continue
             f = {**rel["defaults"], **_data()["table"][group["presets"][name]]}
             vpf = f["virtual_pipeline_model_parallel_size"]

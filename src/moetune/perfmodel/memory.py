@@ -496,18 +496,12 @@ def _layer_activation(m: ModelArch, mixer: str, mlp: str, cfg: act.ActConfig, sc
             act.layer_offloaded_bytes(m, mixer, mlp, cfg))
 
 
-def _graphed_io_bytes(job: Job, cfg: act.ActConfig, rank: PipelineRank, inflight_total: int) -> float:
-    """Static buffers of TE/local CUDA graphs on this rank (TE ``make_graphed_callables``): every captured
+def _graphed_io_of(job: Job, cfg: act.ActConfig) -> Callable[[int, int], float] | None:
+    """Static buffers of TE/local CUDA graphs (TE ``make_graphed_callables``) as a function of (PP rank, in-flight
+    microbatches); None where the job has no static graph buffers (0 bytes on every rank). Every captured
     (module, microbatch) graph keeps its static inputs and outputs, and the backward graph their gradients
     (``cuda_graph_static_io_factor`` = 2: forward I/O + gradient I/O). Inputs are the BF16 hidden states of the
     sequence shard; outputs are hidden states, or the FP32 router probabilities/map for router-only scopes."""
-    of = _graphed_io_of(job, cfg)
-    return 0.0 if of is None else of(rank.pp_rank, inflight_total)
-
-
-def _graphed_io_of(job: Job, cfg: act.ActConfig) -> Callable[[int, int], float] | None:
-    """:func:`_graphed_io_bytes` split into its per-job part (here) and the returned function of (PP rank, in-flight
-    microbatches); None where the job has no static graph buffers (0 bytes on every rank)."""
     f = job.features
     scope = graph_scope(job)
     if not scope or "full_iteration" in scope or not f.cuda_graph_impl:
@@ -526,7 +520,7 @@ def _graphed_io_of(job: Job, cfg: act.ActConfig) -> Callable[[int, int], float] 
 @memo(maxsize=131072)
 def _graphed_io_per_microbatch(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float,
                                pp_rank: int) -> float:
-    """Per-microbatch static graph I/O bytes of one PP rank (the sum in :func:`_graphed_io_bytes`), memoised."""
+    """Per-microbatch static graph I/O bytes of one PP rank (the sum in :func:`_graphed_io_of`), memoised."""
     per_mb = 0.0
     for i in pipeline_ranks(m, lay)[pp_rank].layers:
         mx, ml = m.mixer_pattern[i], m.mlp_pattern[i]

@@ -149,18 +149,17 @@ def tail_builder(job: Job):
     after_of = {k: [g for _, g, kind, _ in after if kind == k] for k in TAIL_KINDS}
     fixed = {k: sum([*head_of[k], *after_of[k]]) for k in TAIL_KINDS if k != DYNAMIC_KIND}
 
-    def totals(activation_peak_bytes: float, allocated_peak_bytes: float) -> dict[str, float]:
-        dyn = [g for _, g, _ in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
-        return {**fixed, DYNAMIC_KIND: sum([*head_of[DYNAMIC_KIND], *dyn, *after_of[DYNAMIC_KIND]])}
-
-    # :func:`totals` as (allocated, reserved, non_torch), without the dict (the memory fit test calls it once per
-    # rank): the same values, summed in the same order
+    # (allocated, reserved, non_torch) without a dict: the memory fit test calls it once per rank
     head_dyn, after_dyn = head_of[DYNAMIC_KIND], after_of[DYNAMIC_KIND]
     allocated, non_torch = fixed["allocated"], fixed["non_torch"]
 
     def kinds(activation_peak_bytes: float, allocated_peak_bytes: float) -> tuple[float, float, float]:
         dyn = [g for _, g, _ in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
         return allocated, sum([*head_dyn, *dyn, *after_dyn]), non_torch
+
+    def totals(activation_peak_bytes: float, allocated_peak_bytes: float) -> dict[str, float]:
+        """GiB per kind: the fixed kinds and the dynamic one of :func:`kinds`."""
+        return {**fixed, DYNAMIC_KIND: kinds(activation_peak_bytes, allocated_peak_bytes)[1]}
 
     build.totals = totals  # type: ignore[attr-defined]
     build.kinds = kinds  # type: ignore[attr-defined]
