@@ -156,3 +156,29 @@ def test_help_and_layout_import_no_heavy_modules():
                          env={**os.environ, "PYTHONPATH": str(SRC)})
     assert res.returncode == 0, res.stderr[-2000:]
     assert "HEAVY []" in res.stdout, res.stdout[-2000:]
+
+
+def test_top_level_help_is_plain_and_lists_every_command():
+    """``moetune --help`` renders in click's plain layout (no ``typer.rich_utils`` / rich markdown import) and still
+    names every command with its whole one-line help; a subcommand's help keeps the rich layout."""
+    code = (
+        "import sys\n"
+        "from moetune.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "print('RICH', sorted(m for m in sys.modules if m in ('typer.rich_utils', 'rich.markdown')))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "RICH []" in res.stdout, res.stdout[-2000:]
+    from moetune.cli import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        assert f"\n  {name} " in res.stdout, name
+    assert "step time; emit a launchable config." in res.stdout  # plan's help line is not cut to the width
+    sub = subprocess.run([sys.executable, "-m", "moetune", "layout", "--help"], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert sub.returncode == 0 and "╭─ Options" in sub.stdout

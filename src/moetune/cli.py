@@ -33,8 +33,19 @@ _ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort
 #: the exceptions click and typer raise for a normal exit with a code (``typer.Exit``, ``--help``)
 EXIT_EXCEPTIONS = (click.exceptions.Exit, getattr(typer, "Exit", click.exceptions.Exit))
 
+class _PlainTopHelp(typer.core.TyperGroup):
+    """The top-level ``moetune --help`` in click's plain layout (every subcommand's help keeps typer's rich one):
+    rendering it with rich imports ``typer.rich_utils`` and rich's markdown stack, about a third of the start-up."""
+
+    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        self.rich_markup_mode = None
+        super().format_help(ctx, formatter)
+
+
 app = typer.Typer(
     name="moetune",
+    cls=_PlainTopHelp,
+    context_settings={"terminal_width": 120, "max_content_width": 120},
     help="Plan, estimate, check and diagnose Mixture-of-Experts training on Megatron-Core / Megatron-Bridge.",
     no_args_is_help=True,
     add_completion=False,
@@ -136,7 +147,10 @@ def main(argv: list[str] | None = None) -> None:
             rv = app(args=argv, standalone_mode=False)
     except EXIT_EXCEPTIONS as exc:
         sys.exit(exc.exit_code)
-    except _NO_ARGS_HELP as exc:  # a group called without a command: typer has already printed its help
+    except _NO_ARGS_HELP as exc:  # a group called without a command: typer has printed its rich help, click not
+        ctx = getattr(exc, "ctx", None)
+        if ctx is not None and isinstance(ctx.command, _PlainTopHelp):
+            print(ctx.get_help())
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
