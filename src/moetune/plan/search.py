@@ -31,12 +31,14 @@ import gc
 import heapq
 import itertools
 import multiprocessing
+import numbers
 import os
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from moetune.errors import InputError
 from moetune.io.check import check_job
 from moetune.perfmodel.memory import (
     TIME_ONLY_FEATURES,
@@ -100,6 +102,14 @@ class PlanRequest:
     #: stop at the first configuration that fits (layouts visited best-first by their variant floor): whether
     #: anything fits and an example, not the ranking (the "what would fit" suggestions)
     first_fit: bool = False
+
+    def __post_init__(self) -> None:
+        """The Job field constraints (``gpus``, ``global_batch_size``, ``seq_length``, every MBS > 0), checked once
+        here: the search builds its jobs with ``Job.model_construct``."""
+        for name, value in (("gpus", self.gpus), ("global_batch_size", self.global_batch_size),
+                            ("seq_length", self.seq_length), *(("mbs_options", m) for m in self.mbs_options)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+                raise InputError.bad_value(name, value, "a positive integer")
 
 
 def request_headroom(req: PlanRequest) -> float:
@@ -764,7 +774,10 @@ class Search:
         if lay is None:
             lay = self._layout_cache[lk] = _layout(lp)
         req = self.req
-        got = self._job_cache[(lk, id(feats))] = Job(
+        # model_construct: every field is an already validated spec (the request's, the layout's, the variant's)
+        # or a request integer checked when the request was built; Job has no validator beyond those field
+        # constraints, so validation would rebuild the same object (same fields, same fields_set)
+        got = self._job_cache[(lk, id(feats))] = Job.model_construct(
             model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
             micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=lay, features=feats)
         return got
