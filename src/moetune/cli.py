@@ -37,9 +37,8 @@ class _PlainTopHelp(typer.core.TyperGroup):
     """The top-level ``moetune --help`` in click's plain layout (every subcommand's help keeps typer's rich one):
     rendering it with rich imports ``typer.rich_utils`` and rich's markdown stack, about a third of the start-up."""
 
-    def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        self.rich_markup_mode = None
-        super().format_help(ctx, formatter)
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**{**kwargs, "rich_markup_mode": None})
 
 
 app = typer.Typer(
@@ -147,10 +146,9 @@ def main(argv: list[str] | None = None) -> None:
             rv = app(args=argv, standalone_mode=False)
     except EXIT_EXCEPTIONS as exc:
         sys.exit(exc.exit_code)
-    except _NO_ARGS_HELP as exc:  # a group called without a command: typer has printed its rich help, click not
-        ctx = getattr(exc, "ctx", None)
-        if ctx is not None and isinstance(ctx.command, _PlainTopHelp):
-            print(ctx.get_help())
+    except _NO_ARGS_HELP as exc:  # a group called without a command: a rich help is printed as the error is built,
+        if msg := exc.format_message():  # a plain one is its message
+            print(msg)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(0)
