@@ -280,3 +280,27 @@ def test_memo_keys_tell_efficiency_sets_apart():
             assert T.stage_a2a_seconds(j, eff) == cold[name, i].stage_a2a
     assert any(cold["base", i] != cold["scaled", i] for i in range(len(jobs)))
     assert any(cold["base", i] != cold["consts", i] for i in range(len(jobs)))
+
+
+@pytest.mark.parametrize("given", [("model", "system", "gpus", "global_batch_size", "seq_length"),
+                                   ("model", "system", "gpus", "global_batch_size", "micro_batch_size", "seq_length",
+                                    "layout", "features"),
+                                   ("model", "system", "gpus", "global_batch_size", "seq_length", "features",
+                                    "assumptions")])
+def test_trusted_construction_equals_model_construct(given):
+    """``FrozenSpec.trusted`` (the planner's job builder) is ``model_construct``: same field values in the same
+    order, same fields set, same hash and no extra / private values, whichever fields are given."""
+    from moetune.spec.features import Features
+    from moetune.spec.job import Job
+    from moetune.spec.layout import Layout
+
+    values = dict(model=_QWEN.model, system=_QWEN.system, gpus=16, global_batch_size=512, micro_batch_size=2,
+                  seq_length=4096, layout=Layout(tp=2, ep=8), features=Features(precision="fp8_cs"),
+                  assumptions=("a",))
+    kw = {k: values[k] for k in given}
+    a, b = Job.model_construct(**kw), Job.trusted(**kw)
+    assert list(a.__dict__.items()) == list(b.__dict__.items())
+    assert a.model_fields_set == b.model_fields_set == set(given)
+    assert (a.__pydantic_extra__, a.__pydantic_private__) == (b.__pydantic_extra__, b.__pydantic_private__)
+    assert a == b and hash(a) == hash(b) and a.model_dump() == b.model_dump()
+    assert b == Job(**kw)

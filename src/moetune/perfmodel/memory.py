@@ -634,8 +634,10 @@ def _rank_static(job: Job) -> RankStatic:
 
 def _job_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: int, mbs: int, seq: int,
             f: Features) -> Job:
-    return Job(model=m, system=system, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,
-               layout=lay, features=f)
+    """The job of these fields, every one taken from a valid job (``f``: a projection of its features), so
+    validation would rebuild the same object: :meth:`moetune.spec.base.FrozenSpec.trusted`."""
+    return Job.trusted(model=m, system=system, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs, seq_length=seq,
+                       layout=lay, features=f)
 
 
 @memo(maxsize=32768)

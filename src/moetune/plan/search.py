@@ -105,7 +105,7 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         """The Job field constraints (``gpus``, ``global_batch_size``, ``seq_length``, every MBS > 0), checked once
-        here: the search builds its jobs with ``Job.model_construct``."""
+        here: the search builds its jobs with ``Job.trusted`` (``model_construct``)."""
         for name, value in (("gpus", self.gpus), ("global_batch_size", self.global_batch_size),
                             ("seq_length", self.seq_length), *(("mbs_options", m) for m in self.mbs_options)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
@@ -774,10 +774,10 @@ class Search:
         if lay is None:
             lay = self._layout_cache[lk] = _layout(lp)
         req = self.req
-        # model_construct: every field is an already validated spec (the request's, the layout's, the variant's)
-        # or a request integer checked when the request was built; Job has no validator beyond those field
-        # constraints, so validation would rebuild the same object (same fields, same fields_set)
-        got = self._job_cache[(lk, id(feats))] = Job.model_construct(
+        # trusted (= model_construct): every field is an already validated spec (the request's, the layout's, the
+        # variant's) or a request integer checked when the request was built; Job has no validator beyond those
+        # field constraints, so validation would rebuild the same object (same fields, same fields_set)
+        got = self._job_cache[(lk, id(feats))] = Job.trusted(
             model=req.model, system=req.system, gpus=req.gpus, global_batch_size=req.global_batch_size,
             micro_batch_size=lp.mbs, seq_length=req.seq_length, layout=lay, features=feats)
         return got
