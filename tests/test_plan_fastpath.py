@@ -304,3 +304,39 @@ def test_trusted_construction_equals_model_construct(given):
     assert (a.__pydantic_extra__, a.__pydantic_private__) == (b.__pydantic_extra__, b.__pydantic_private__)
     assert a == b and hash(a) == hash(b) and a.model_dump() == b.model_dump()
     assert b == Job(**kw)
+
+
+@pytest.mark.parametrize("kw", [dict(model="Qwen3-30B-A3B", gpus=16, gbs=512, top=3),
+                                dict(model="DeepSeek-V2-Lite", gpus=16, gbs=512, top=5, precisions=("bf16", "fp8_cs")),
+                                dict(model="GPT-OSS-20B", gpus=8, gbs=128, top=4, max_recompute="selective"),
+                                dict(model="Mixtral-8x7B", gpus=16, gbs=256, top=4, exact_ranking=True),
+                                dict(model="Llama-3-8B", gpus=8, gbs=128, top=3)])
+def test_variant_bound_skips_change_nothing(kw):
+    """Variants the per-variant bound does not price (Search.variant_bounds) could not have been recorded: the same
+    candidates, per-layout bests, closest misses, notes and counters as the search that prices every fitting
+    variant."""
+    kw = dict(kw)
+    req = _req(kw.pop("model"), kw.pop("gpus"), kw.pop("gbs"), **kw)
+    fast, plain = P.Search(req), P.Search(req, variant_bound=False)
+    got, want = fast.run(), plain.run()
+    assert _summary(got) == _summary(want)
+    counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
+    assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
+    assert plain.bounded == 0 and len(fast._time_cache) + fast.bounded >= len(plain._time_cache)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS))
+def test_variant_bound_never_exceeds_a_variant(lp):
+    """Search.variant_bounds is a lower bound on the step time of every variant of every recompute option (each
+    dispatcher / EP-overlap setting, any CUDA graphs), also where the recompute re-runs the dispatch and combine."""
+    req = _QWEN if lp in _QWEN_LAYOUTS else _DSV2
+    search = P.Search(req)
+    mode = (req.precisions[0], False)
+    for _, rec in P._recompute_options(req.model, req.max_recompute):
+        bound = search.variant_bounds(lp, mode, rec)
+        for disp in P._dispatcher_variants(req, lp):
+            for gr in P._graph_variants(req, rec):
+                for ov in P._overlap_variants(req, lp, rec):
+                    job = P._job(req, lp, search.features(mode, lp, {**rec, **disp, **ov, **gr}))
+                    assert bound(disp, ov) <= T.estimate_time(job).step_time_s

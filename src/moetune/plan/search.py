@@ -20,7 +20,8 @@ Order of the workflow, as implemented (:func:`plan`, then :class:`Search`):
    EP overlap and delayed wgrad, CUDA-graph scope, precision). A layout's variants are skipped without evaluation
    only when a proven lower bound on all of them (:func:`variant_floor` of its base estimate, or the tighter
    :func:`_schedule_floor`) already exceeds the k-th best step time found so far: the walls no variant can shorten
-   add up to more than a winner's whole step, so no variant can win.
+   add up to more than a winner's whole step, so no variant can win. A fitting variant is priced only when its own
+   lower bound (:meth:`Search.variant_bounds`) leaves it a chance to be its layout's new best within the k-th best.
 4. **Reject** what the checker rejects (any ``error*`` finding of :func:`moetune.rules.check_job`).
 5. **Rank** by predicted step time; ties prefer the smaller model parallelism, then less recompute.
 """
@@ -470,7 +471,9 @@ class Search:
     of its variants could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the
     counters differ) and neither is its full-recompute fit tested: the skip needs a finite bound, so some layout fits,
     and the closest misses (:attr:`PlanResult.closest`) are reported - and complete - only when none does
-    (``exact_ranking`` turns this skip off). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
+    (``exact_ranking`` turns this skip off). A fitting variant whose :meth:`variant_bounds` is at least its layout's
+    best so far or above the k-th best is not priced either (it could not be recorded; the counters are unchanged,
+    ``variant_bound=False`` prices it). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
     stopping at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
     estimate_walls`), and the full memory / time estimates are built only for the candidates kept.
 
@@ -483,10 +486,14 @@ class Search:
     """
 
     def __init__(self, req: PlanRequest, shared: SharedBound | None = None, schedule_bound: bool = True,
-                 starts: dict[str, Any] | None = None) -> None:
+                 starts: dict[str, Any] | None = None, variant_bound: bool = True) -> None:
         self.req = req
         self.shared = shared if shared is not None and req.partition[1] > 1 else SharedBound()
         self.schedule_bound = schedule_bound and not req.exact_ranking
+        #: skip pricing the variants that :meth:`variant_bounds` proves cannot be recorded (same result and counters;
+        #: ``False`` prices every fitting variant, tests/test_plan_fastpath.py compares both)
+        self.variant_bound = variant_bound
+        self.bounded = 0  # fitting variants not priced by that bound (part of ``feasible``)
         self.t0 = time.perf_counter()
         self.capacity = req.system.gpu.hbm_gib
         self.headroom = request_headroom(req)
@@ -648,6 +655,7 @@ class Search:
         any_ok = False
         all_ok = True
         lk = lp.key()
+        bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
         for disp in _dispatcher_variants(req, lp):
             for gr in _graph_variants(req, rec):
                 if fitted is not None:
@@ -669,10 +677,18 @@ class Search:
                     self.searched += 1
                     if not ok:
                         break
-                    job = self.job_of(lp, feats)
-                    step = self.time_of(lp, feats, job).step  # = estimate_time(job).step_time_s
                     self.feasible += 1
                     prev = self.best_by_layout.get(lk)
+                    if bounds is not None:
+                        # a variant whose lower bound (:meth:`variant_bound`) already rules out both tests below is
+                        # not priced: it could not be recorded (the bound never exceeds its step time)
+                        bound = bounds(disp, ov)
+                        if (prev is not None and bound >= prev.step_time_s) or (bound > self.kth_best()
+                                                                                and not req.exact_ranking):
+                            self.bounded += 1
+                            continue
+                    job = self.job_of(lp, feats)
+                    step = self.time_of(lp, feats, job).step  # = estimate_time(job).step_time_s
                     # the checker runs only where the result could matter: a new best for this layout that can
                     # still enter the reported top-K (every reported candidate has passed it)
                     if prev is not None and step >= prev.step_time_s:
@@ -735,6 +751,40 @@ class Search:
                 return bound
             least = min(least, bound)
         return least
+
+    def variant_bounds(self, lp: LayoutPoint, mode: tuple[str, bool], rec: dict):
+        """A function of (dispatcher update, overlap update) giving a lower bound on the step time of the variants
+        of recompute ``rec`` with that dispatcher and EP-overlap setting, any CUDA-graph setting: the
+        :func:`_schedule_floor` of a priced job of recompute ``rec`` with that dispatcher's EP dispatch/combine
+        seconds (without EP overlap the whole of them, ``ep_overlap=False``). Each bound is computed once per call.
+
+        The priced job: EP overlap, delayed wgrad and CUDA graphs leave a stage's compute, recompute, TP and CP walls
+        and its dispatch/combine seconds unchanged, and the dispatcher its compute, TP and CP walls
+        (:data:`VARIANT_INVARIANT_WALLS`, :func:`_schedule_floor`); its recompute wall too unless the recompute re-runs
+        the dispatch and combine (full recompute, or ``moe`` among the selective modules: :func:`_recomputes_dispatch`).
+        So where it does not, the job of ``rec`` with the base features (the option's first variant, priced by
+        :meth:`pass_2` or here) bounds every dispatcher, with the dispatcher's seconds of :meth:`a2a_of` (they depend
+        on the dispatcher only, :meth:`ep_floor`); where it does, each dispatcher is bounded by its own variant without
+        EP overlap or graphs (the first of its variants that :meth:`consider` prices, so that bound costs no estimate
+        where it fits)."""
+        got: dict[tuple, float] = {}
+        own = _recomputes_dispatch(rec)
+        shared = None if own else self.time_of(lp, self.features(mode, lp, rec))
+
+        def bound(disp: dict, ov: dict) -> float:
+            key = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
+                   ov["overlap_moe_expert_parallel_comm"])
+            b = got.get(key)
+            if b is None:
+                if own:
+                    base = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
+                    b = _schedule_floor(base, [base], ep_overlap=key[2])
+                else:
+                    b = _schedule_floor(shared, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=key[2])
+                got[key] = b
+            return b
+
+        return bound
 
     def note_miss(self, over: float, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """A layout whose most memory-saving recompute does not fit (by ``over`` GiB): one of the closest misses
@@ -966,7 +1016,7 @@ def variant_floor(t) -> float:
     return _walls_floor({w: t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS})
 
 
-def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None) -> float:
+def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_overlap: bool = True) -> float:
     """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
     CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job and,
     optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``: anything with their
@@ -981,14 +1031,27 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None) -> f
     stage's time S_max is then at least the maximum over stages of these sums. The step is the steady state plus the
     bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and the
     optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
+
+    ``ep_overlap=False`` bounds only the variants without EP overlap (:meth:`Search.consider` bounds each variant by
+    its own): without it a stage's exposed EP time is its whole ``stage_a2a`` (:func:`moetune.perfmodel.schedule.
+    ep_exposed` returns the dispatch/combine time unchanged, and the flex dispatcher's SM share is charged only
+    under overlap, :func:`moetune.perfmodel.step.evaluate`), so the factor is 1 instead of (1 - ep_overlap_eff).
     """
     m, pp, vpp = res.schedule
     per_stage = res.stage_floor
     if by_dispatcher:
-        keep = min(max(1.0 - res.ep_overlap_eff, 0.0), 1.0)
+        keep = min(max(1.0 - res.ep_overlap_eff, 0.0), 1.0) if ep_overlap else 1.0
         per_stage = [x + keep * min(d.stage_a2a[p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
     return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"]) * (1.0 - 1e-9)
+
+
+def _recomputes_dispatch(rec: dict) -> bool:
+    """Whether recompute option ``rec`` (a :func:`_recompute_options` update) re-runs the EP dispatch and combine,
+    so that its recompute wall depends on the dispatcher: full recompute of a MoE layer re-runs them
+    (:func:`moetune.perfmodel.step._price_layer`: ``2 x`` one dispatch/combine per recomputed fraction), and so does
+    selective ``moe`` recompute (``recompute_a2a`` of :func:`moetune.perfmodel.step._recompute_selection`)."""
+    return rec.get("recompute_granularity") == "full" or "moe" in (rec.get("recompute_modules") or ())
 
 
 def _walls_floor(walls: dict[str, float]) -> float:
