@@ -44,6 +44,9 @@ _QWEN = _req("Qwen3-30B-A3B", 16, 512)
 _QWEN_LAYOUTS = list(enumerate_layouts(_QWEN.model, _QWEN.system, 16, 512, 4096, SpaceLimits()))
 _DSV2 = _req("DeepSeek-V2-Lite", 16, 512, precisions=("fp8_cs",))
 _DSV2_LAYOUTS = list(enumerate_layouts(_DSV2.model, _DSV2.system, 16, 512, 4096, SpaceLimits()))
+#: layouts with EP > 1 (several dispatchers), among them Qwen3 TP1 PP1 EP16 layouts where the alltoall job's walls
+#: under full recompute exceed a flex dispatcher's step
+_EP_LAYOUTS = [lp for lp in _QWEN_LAYOUTS[10:22] + _DSV2_LAYOUTS[::160] if lp.ep > 1]
 
 
 def _mem_values(est) -> list:
@@ -326,7 +329,7 @@ def test_variant_bound_skips_change_nothing(kw):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS))
+@given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS) | st.sampled_from(_EP_LAYOUTS))
 def test_variant_bound_never_exceeds_a_variant(lp):
     """Search.variant_bounds is a lower bound on the step time of every variant of every recompute option (each
     dispatcher / EP-overlap setting, any CUDA graphs), also where the recompute re-runs the dispatch and combine."""
@@ -340,3 +343,21 @@ def test_variant_bound_never_exceeds_a_variant(lp):
                 for ov in P._overlap_variants(req, lp, rec):
                     job = P._job(req, lp, search.features(mode, lp, {**rec, **disp, **ov, **gr}))
                     assert bound(disp, ov) <= T.estimate_time(job).step_time_s
+
+
+@pytest.mark.parametrize("lp", _EP_LAYOUTS, ids=lambda lp: "-".join(map(str, lp.key()[:7])))
+def test_recompute_option_floor_never_exceeds_a_variant(lp):
+    """Search.option_floor (the ladder's re-bound) exceeds a k-th best only when no variant of its recompute option
+    is within it, also where the recompute re-runs the EP dispatch and combine (its recompute wall then depends on
+    the dispatcher, so the base job's alltoall walls alone do not bound a faster dispatcher's variants)."""
+    req = _QWEN if lp in _QWEN_LAYOUTS else _DSV2
+    search = P.Search(req)
+    mode = (req.precisions[0], False)
+    for _, rec in P._recompute_options(req.model, req.max_recompute):
+        steps = sorted(T.estimate_time(P._job(req, lp, search.features(mode, lp, {**rec, **disp, **ov, **gr})))
+                       .step_time_s for disp in P._dispatcher_variants(req, lp) for gr in P._graph_variants(req, rec)
+                       for ov in P._overlap_variants(req, lp, rec))
+        for kth in (steps[0] * 0.999, steps[0], steps[-1], float("inf")):
+            search.kth_best = lambda kth=kth: kth
+            if search.option_floor(lp, mode, rec) > kth:  # the ladder would stop: no variant may be within kth
+                assert steps[0] > kth

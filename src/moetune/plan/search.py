@@ -598,7 +598,7 @@ class Search:
                     continue
                 if rank and len(self.best) >= self.k:
                     # recompute adds to the invariant walls: re-bound before pricing this layout's variants
-                    if _walls_floor(self.time_of(lp, self.features(mode, lp, rec)).walls) > self.kth_best():
+                    if self.option_floor(lp, mode, rec) > self.kth_best():
                         self.pruned_bound += 1
                         break
                     if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
@@ -740,6 +740,16 @@ class Search:
         own dispatcher comes first (already priced); the others are priced one by one until one is within the
         bound (then no variant is skipped, and that value is returned)."""
         kth = self.kth_best()
+        if rec and _recomputes_dispatch(rec):
+            # the recompute wall depends on the dispatcher: each dispatcher's own job bounds its variants
+            least = float("inf")
+            for d in _dispatcher_variants(self.req, lp):
+                b = self.time_of(lp, self.features(mode, lp, {**rec, **d}))
+                bound = _schedule_floor(b, [b])
+                if bound <= kth:
+                    return bound
+                least = min(least, bound)
+            return least
         base = self.time_of(lp, self.features(mode, lp, rec or {}))
         own = _schedule_floor(base, [base])
         if own <= kth:
@@ -747,6 +757,25 @@ class Search:
         least = float("inf")
         for d in _dispatcher_variants(self.req, lp):
             bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, d))])
+            if bound <= kth:
+                return bound
+            least = min(least, bound)
+        return least
+
+    def option_floor(self, lp: LayoutPoint, mode: tuple[str, bool], rec: dict) -> float:
+        """:func:`_walls_floor` bound on every variant of recompute option ``rec``: that of the option's base job, or,
+        where the recompute re-runs the EP dispatch and combine (:func:`_recomputes_dispatch`: its recompute wall then
+        depends on the dispatcher), the least of those of the base job with each dispatcher searched (each bounds the
+        variants of its dispatcher: EP overlap, delayed wgrad and CUDA graphs leave :data:`VARIANT_INVARIANT_WALLS`
+        unchanged). For comparison with the k-th best, as :meth:`ep_floor`: the dispatchers are priced one by one
+        (in the request's order; alltoall, the base job's, first by default) until one is within the bound, and that
+        value is returned (then no variant is skipped)."""
+        if not _recomputes_dispatch(rec):
+            return _walls_floor(self.time_of(lp, self.features(mode, lp, rec)).walls)
+        kth = self.kth_best()
+        least = float("inf")
+        for d in _dispatcher_variants(self.req, lp):
+            bound = _walls_floor(self.time_of(lp, self.features(mode, lp, {**rec, **d})).walls)
             if bound <= kth:
                 return bound
             least = min(least, bound)
@@ -1003,7 +1032,8 @@ def _plan_parallel(req: PlanRequest, n: int, schedule_bound: bool = True,
 
 
 #: walls that no enumerated feature variant (dispatcher, EP overlap, delayed wgrad, CUDA graphs, more recompute)
-#: can shorten: GEMM/attention compute (a flex dispatcher only takes SMs away), recompute (the ladder only adds),
+#: can shorten: GEMM/attention compute (a flex dispatcher only takes SMs away), recompute (the ladder only adds; for
+#: one dispatcher where the recompute re-runs the dispatch and combine, :func:`_recomputes_dispatch`),
 #: TP/SP and CP collectives (TP overlap is not a variant), PP send/recv (activation bytes), the optimizer step.
 #: EP comm, host, the bubble (it scales with stage time) and DP exposure (it shrinks as compute grows) are excluded.
 VARIANT_INVARIANT_WALLS = ("compute", "recompute", "comm_tp", "comm_cp", "comm_pp", "optimizer")
