@@ -361,3 +361,21 @@ def test_recompute_option_floor_never_exceeds_a_variant(lp):
             search.kth_best = lambda kth=kth: kth
             if search.option_floor(lp, mode, rec) > kth:  # the ladder would stop: no variant may be within kth
                 assert steps[0] > kth
+
+
+@pytest.mark.parametrize("upd", [{}, {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ("full_iteration",)},
+                                 {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep",
+                                  "expandable_segments": True}])
+def test_tail_kinds_equal_the_itemised_tail(upd):
+    """The runtime tail's per-kind GiB that the fit test reads (``kinds``, ``non_torch``) are the totals of the
+    itemised tail (:func:`moetune.perfmodel.runtime_tail.runtime_tail`), bit for bit, for any activation and
+    allocated peak."""
+    from moetune.perfmodel.runtime_tail import TAIL_KINDS, runtime_tail, tail_builder
+
+    lp = next(lp for lp in _QWEN_LAYOUTS if lp.ep > 1)
+    job = P._job(_QWEN, lp, P._base_features(_QWEN.model, "bf16", lp).model_copy(update=upd))
+    build = tail_builder(job)
+    for act_b, alloc_b in ((0.0, 0.0), (3.5e9, 41.25e9), (17e9, 70e9)):
+        tail = runtime_tail(job, activation_peak_bytes=act_b, allocated_peak_bytes=alloc_b)
+        assert build.kinds(act_b, alloc_b) == tuple(tail.total(k) for k in TAIL_KINDS)
+        assert build.non_torch == tail.total("non_torch")

@@ -563,7 +563,7 @@ def device_peaks(job: Job, order: Iterable[int] | None = None) -> Iterator[tuple
 def non_torch_gib(job: Job) -> float:
     """GiB outside PyTorch (CUDA context, NCCL, DeepEP / HybridEP buffers): the same on every PP rank, and what
     :func:`device_peaks` adds to each rank's reserved GiB of :func:`reserved_peaks` (``device = reserved + this``)."""
-    return _rank_static(job).tail.kinds(0.0, 0.0)[2]
+    return _rank_static(job).tail.non_torch
 
 
 #: Features fields that change the memory model only through the non-PyTorch runtime tail (DeepEP / HybridEP

@@ -154,8 +154,18 @@ def tail_builder(job: Job):
     allocated, non_torch = fixed["allocated"], fixed["non_torch"]
 
     def kinds(activation_peak_bytes: float, allocated_peak_bytes: float) -> tuple[float, float, float]:
-        dyn = [g for _, g, _ in dynamic_gib(activation_peak_bytes, allocated_peak_bytes)]
-        return allocated, sum([*head_dyn, *dyn, *after_dyn]), non_torch
+        # the GiB of :func:`dynamic_gib` (same expressions, same order) without its tuples and text functions, summed
+        # in item order as RuntimeTail.total sums them
+        vals = [*head_dyn]
+        if pool_factor is not None:
+            pool = pool_factor * activation_peak_bytes / GIB
+            if pool > 0:
+                vals.append(pool)
+        fr = frac * allocated_peak_bytes / GIB
+        if fr > 0:
+            vals.append(fr)
+        vals.extend(after_dyn)
+        return allocated, sum(vals), non_torch
 
     def totals(activation_peak_bytes: float, allocated_peak_bytes: float) -> dict[str, float]:
         """GiB per kind: the fixed kinds and the dynamic one of :func:`kinds`."""
@@ -163,4 +173,5 @@ def tail_builder(job: Job):
 
     build.totals = totals  # type: ignore[attr-defined]
     build.kinds = kinds  # type: ignore[attr-defined]
+    build.non_torch = non_torch  # type: ignore[attr-defined]  # = kinds(...)[2], the same on every rank
     return build
