@@ -798,7 +798,6 @@ class Search:
         where it fits)."""
         got: dict[tuple, float] = {}
         own = _recomputes_dispatch(rec)
-        shared = None if own else self.time_of(lp, self.features(mode, lp, rec))
 
         def bound(disp: dict, ov: dict) -> float:
             key = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
@@ -809,7 +808,8 @@ class Search:
                     base = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
                     b = _schedule_floor(base, [base], ep_overlap=key[2])
                 else:
-                    b = _schedule_floor(shared, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=key[2])
+                    b = _schedule_floor(self.time_of(lp, self.features(mode, lp, rec)),
+                                        [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=key[2])
                 got[key] = b
             return b
 
