@@ -71,3 +71,20 @@ def test_unfused_paths_and_step_host_work():
     assert n == 3 + 6 * (4 + 2 + 2 * 4 + 2) + 2 * (4 + 3)
     step = H.step_launches(n, kern)
     assert step.eager_kernels == n * 4 + 100 and step.syncs == 6
+
+
+def test_unfused_rope_adds_its_kernels_to_attention_layers_only():
+    """apply_rope_fusion off (Megatron-Core ``_apply_rotary_pos_emb_bshd``): the ``unfused_rope`` kernels join the
+    attention block's eager kernels, and a CUDA-graphed attention block still replays them as one graph."""
+    kern = {"attn": 40, "mla_extra": 20, "mamba": 40, "mlp": 20, "moe_router": 25, "moe_preprocess": 25,
+            "moe_dispatch": 20, "moe_experts": 30, "shared_experts": 20, "fp8_casts_per_gemm": 3, "unfused_rope": 32}
+    common = dict(mla=False, quant_gemms=0, dropless=True, ep=4, kernels=kern)
+    eager = dict(scopes=frozenset(), graphs_on=False)
+    fused = H.layer_launches("A", "E", **eager, **common)
+    unfused = H.layer_launches("A", "E", unfused_rope=True, **eager, **common)
+    assert unfused.eager_kernels - fused.eager_kernels == 32
+    mamba = H.layer_launches("M", "E", unfused_rope=True, **eager, **common)
+    assert mamba.eager_kernels == H.layer_launches("M", "E", **eager, **common).eager_kernels
+    graphed = dict(scopes=frozenset({"attn"}), graphs_on=True)
+    assert H.layer_launches("A", "D", unfused_rope=True, **graphed, **common) == \
+        H.layer_launches("A", "D", **graphed, **common)

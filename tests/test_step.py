@@ -239,3 +239,49 @@ def test_fp8_attention_is_read_from_a_bridge_config_and_written_back():
     cfg = job_to_config(job)
     assert cfg["mixed_precision"]["fp8_dot_product_attention"] is True
     assert job_from_config(cfg, system="DGX-H100", gpus=16).features.fp8_dot_product_attention
+
+
+def test_unfused_rope_prices_its_elementwise_passes_and_kernels():
+    """``apply_rope_fusion`` off: the memory-bound wall grows by exactly the extra passes of
+    ``compute.unfused_rope_bytes`` over the fused kernel's read + write, on every attention layer, at ``hbm_eff``;
+    the host wall grows by the ``unfused_rope`` kernels (Megatron-Core ``_apply_rotary_pos_emb_bshd``)."""
+    from moetune.perfmodel import compute as K
+
+    model, system = get_model("Llama-3-8B"), get_system("DGX-H100")
+
+    def job(**f):
+        return Job(model=model, system=system, gpus=8, global_batch_size=16, micro_batch_size=1, seq_length=2048,
+                   layout=Layout(tp=1, pp=1), features=Features(precision="bf16", **f))
+
+    eff = default_efficiency()
+    fused, unfused = estimate_time(job(), eff), estimate_time(job(apply_rope_fusion=False), eff)
+    m = 16 // 8
+    qk = (model.num_attention_heads + model.query_groups) * model.head_dim
+    extra = 2048 * (K.unfused_rope_bytes(qk) - K.rope_bytes(qk))  # forward-equivalent bytes per layer
+    want = m * model.num_layers * 3 * extra / (system.gpu.hbm_bw_gbs * 1e9 * eff["hbm_eff"])
+    got = unfused.compute_detail["memory_bound"] - fused.compute_detail["memory_bound"]
+    assert got == pytest.approx(want, rel=1e-6)
+    assert K.unfused_rope_bytes(qk) == pytest.approx(sum(K.UNFUSED_ROPE_PASSES) / 3 * qk * 2)
+    assert unfused.walls["host"].seconds >= fused.walls["host"].seconds
+    assert unfused.step_time_s > fused.step_time_s
+
+
+def test_no_rope_fusion_flag_reaches_the_features_only_where_rope_runs():
+    """Megatron-LM ``--no-rope-fusion`` (dest apply_rope_fusion) unfuses RoPE; without
+    ``--position-embedding-type rope`` MLM's learned absolute embedding rotates nothing, so nothing is unfused."""
+    from moetune.io.config_to_job import job_from_config, job_to_config
+    from moetune.io.megatron_args import read_megatron_args
+
+    base = ("--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024 "
+            "--micro-batch-size 2 --global-batch-size 16 --bf16 --vocab-size 32000 --tokenizer-type NullTokenizer")
+
+    def feats(extra: str) -> Features:
+        return job_from_config(read_megatron_args(f"{base} {extra}"), system="DGX-H100", gpus=8).features
+
+    assert feats("--position-embedding-type rope").apply_rope_fusion is True
+    unfused = feats("--position-embedding-type rope --no-rope-fusion")
+    assert unfused.apply_rope_fusion is False
+    assert feats("--no-rope-fusion").apply_rope_fusion is True  # learned_absolute: no RoPE to fuse
+    assert Features().apply_rope_fusion is True
+    assert job_to_config(qwen_job(apply_rope_fusion=False))["model"]["apply_rope_fusion"] is False
+    assert "apply_rope_fusion" not in job_to_config(qwen_job())["model"]

@@ -343,8 +343,12 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
     if ce_impl not in ("native", "te"):
         raise InputError.bad_value("model.cross_entropy_fusion_impl", ce_impl, "native or te")
     drop = {k: _fraction(m, k) for k in ("attention_dropout", "hidden_dropout")}
+    # unfused RoPE only where RoPE runs: Megatron-LM's default position embedding is learned_absolute (and
+    # validate_args then sets apply_rope_fusion False with nothing to rotate); Bridge's catalog models use RoPE
+    pe = m.get("position_embedding_type") or ("learned_absolute" if eff.get("frontend") == "megatron-lm" else "rope")
+    rope_fusion = not (m.get("apply_rope_fusion") is False and _enum_name(pe) in ("rope", "mrope", "yarn"))
     return Features(
-        attention_backend=attn_backend, transformer_impl=impl_t, cross_entropy_fusion_impl=ce_impl,
+        attention_backend=attn_backend, transformer_impl=impl_t, apply_rope_fusion=rope_fusion, cross_entropy_fusion_impl=ce_impl,
         cross_entropy_loss_fusion=bool(m.get("cross_entropy_loss_fusion")), **drop,
         precision=_precision(m, eff.get("mixed_precision")),
         fp8_param_gather=bool(ddp.get("fp8_param_gather")),
@@ -460,6 +464,8 @@ def job_to_config(job: Job) -> dict:
         })
         if f.moe_flex_dispatcher_num_sms is not None:
             model["moe_flex_dispatcher_num_sms"] = f.moe_flex_dispatcher_num_sms
+    if not f.apply_rope_fusion:
+        model["apply_rope_fusion"] = False
     if f.cp_comm_type != "p2p":
         model["cp_comm_type"] = f.cp_comm_type
     impl, scope = f.cuda_graph_impl, [s for s in f.cuda_graph_scope if s != "full_iteration"]

@@ -320,6 +320,7 @@ _TIME_ONLY = {  # read only by the step-time model (perfmodel compute/comm/sched
     "grad_reduce_in_fp32", "moe_flex_dispatcher_num_sms", "overlap_grad_reduce", "overlap_p2p_comm",
     "overlap_param_gather", "tp_comm_overlap", "moe_permute_fusion", "moe_router_fusion", "moe_grouped_gemm",
     "moe_shared_expert_overlap", "manual_gc", "moe_flex_dispatcher_backend", "moe_enable_deepep",
+    "apply_rope_fusion",
 }
 _MEMORY_ONLY = {  # read only by the memory model (perfmodel memory/activations/runtime_tail)
     "cross_entropy_fusion_impl", "cross_entropy_loss_fusion", "exp_avg_dtype", "exp_avg_sq_dtype",

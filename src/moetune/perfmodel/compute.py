@@ -207,6 +207,22 @@ def rope_bytes(width: float) -> float:
     return 2 * width * BF16_BYTES
 
 
+#: Element passes (reads + writes, per element of the rotated tensor) of Megatron-Core's unfused RoPE
+#: (``rope_utils._apply_rotary_pos_emb_bshd``, ``apply_rope_fusion`` off). Forward: ``t * cos_`` 2,
+#: ``_rotate_half`` (negate one half 1, ``torch.cat`` 2), ``* sin_`` 2, the add 3 (two reads, one write), the closing
+#: ``torch.cat((t, t_pass))`` 2: 12. Backward (autograd): the two multiplies 2 + 2, the negation 1, the chunk's
+#: gradient concatenation 2, and the sum of the two gradients of ``t`` 3: 10. The cos/sin tables ([s, 1, 1, d]) are
+#: negligible.
+UNFUSED_ROPE_PASSES = (12.0, 10.0)
+
+
+def unfused_rope_bytes(width: float) -> float:
+    """Unfused RoPE on Q and K (:data:`UNFUSED_ROPE_PASSES`), as the forward-equivalent bytes the step model prices
+    (its backward is twice the forward entry, so the entry carries a third of the forward + backward passes)."""
+    fwd, bwd = UNFUSED_ROPE_PASSES
+    return (fwd + bwd) / 3.0 * width * BF16_BYTES
+
+
 def permute_bytes(hidden: float, topk: float) -> float:
     """MoE permute + unpermute (fused): read tokens, write k copies; read k copies, write combined tokens.
 

@@ -22,7 +22,10 @@ Unfused code paths launch more kernels than the fused ones Bridge's performance 
 ``DotProductAttention`` (``--attention-backend unfused``: baddbmm, scale-mask-softmax, dropout, bmm and their
 backward), the unfused token permutation (``moe_permute_fusion`` off: MCore ``moe_utils.permute``/``unpermute`` built
 from argsort / index_select / scatter_add instead of TE's fused permute kernels), and the per-expert loop of
-``SequentialMLP`` (``moe_grouped_gemm`` off: fc1, activation and fc2 of every local expert, forward and backward).
+``SequentialMLP`` (``moe_grouped_gemm`` off: fc1, activation and fc2 of every local expert, forward and backward),
+and the unfused RoPE (``apply_rope_fusion`` off: Megatron-Core ``rope_utils._apply_rotary_pos_emb_bshd`` per Q and K, cos / sin
+tables with their scale and cast, the multiplies, rotate-half and the add, and their autograd backward, instead of
+one TE ``fused_apply_rotary_pos_emb`` kernel each way).
 TE's ``GroupedLinear`` also issues one GEMM per local expert and pass (``general_grouped_gemm``).
 
 Once per step the training loop does host work that no layer owns (:func:`step_launches`): Megatron-LM
@@ -64,14 +67,15 @@ def tp_overlap_kernels(gemms: int, tp: int) -> float:
 def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes: frozenset[str], graphs_on: bool,
                    dropless: bool, ep: int, kernels: dict[str, float], shared: bool = False,
                    tp_overlap_tp: int = 1, etp: int = 1, local_experts: float = 1.0, grouped_gemm: bool = True,
-                   permute_fusion: bool = True, unfused_attention: bool = False) -> LayerLaunches:
+                   permute_fusion: bool = True, unfused_attention: bool = False,
+                   unfused_rope: bool = False) -> LayerLaunches:
     """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes.
 
     ``quant_gemms`` > 0 adds the FP8/FP4 cast kernels of each quantised GEMM input; ``shared`` adds the shared
     expert's kernels to a MoE layer; ``tp_overlap_tp`` > 1 (TP size when TP comm overlap is on) adds the chunked
     GEMMs of userbuffers overlap; ``local_experts`` (experts per EP rank) with ``grouped_gemm`` on adds the
     per-expert GEMMs of TE ``GroupedLinear``, with it off the per-expert loop of ``SequentialMLP``;
-    ``permute_fusion`` off and ``unfused_attention`` add the unfused paths (module doc)."""
+    ``permute_fusion`` off, ``unfused_attention`` and ``unfused_rope`` add the unfused paths (module doc)."""
     full = graphs_on and "full_iteration" in scopes
     cast = kernels.get("fp8_casts_per_gemm", 0.0) if quant_gemms > 0 else 0.0
     eager = 0.0
@@ -95,6 +99,8 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
         n = kernels["attn"] + (kernels.get("mla_extra", 0.0) if mla else 0.0) + cast * min(quant_gemms, 2)
         if unfused_attention:
             n += kernels.get("unfused_attention", 0.0)
+        if unfused_rope:
+            n += kernels.get("unfused_rope", 0.0)
         part("attn", n, "attn", tp_overlap_kernels(2, tp_overlap_tp))
     elif mixer in ("M", "G"):
         part("mamba", kernels["mamba"] + cast * min(quant_gemms, 2), "mamba")

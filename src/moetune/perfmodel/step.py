@@ -224,6 +224,7 @@ class LayerInputs(NamedTuple):
     attention_backend: str
     moe_grouped_gemm: bool
     moe_permute_fusion: bool
+    apply_rope_fusion: bool
     expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
 
     @classmethod
@@ -239,7 +240,7 @@ class LayerInputs(NamedTuple):
         return cls(seq, mbs, tp, cp, ep, etp, nvlink_domain, f.precision, f.moe_token_dispatcher_type,
                    f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
-                   f.moe_grouped_gemm, f.moe_permute_fusion, expert_load(f))
+                   f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f))
 
 
 @memo(maxsize=4096)
@@ -320,7 +321,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mixer in ("A", "W"):
         qk = (model.num_attention_heads + model.query_groups) * hd
-        wl.mem(t_a * K.rope_bytes(qk) / tp, tag="attn_proj", layer=i)
+        rope = K.rope_bytes if feat.apply_rope_fusion else K.unfused_rope_bytes
+        wl.mem(t_a * rope(qk) / tp, tag="attn_proj", layer=i)
         if cp > 1 and feat.cp_comm_type == "p2p":
             v_dim = float(model.v_head_dim or hd) if model.multi_latent_attention else float(hd)
             wl.mem(t_a * K.cp_correction_bytes(cp, model.num_attention_heads / tp * v_dim), tag="core_attn", layer=i)
@@ -378,7 +380,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1,
                                 local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
                                 permute_fusion=feat.moe_permute_fusion,
-                                unfused_attention=feat.attention_backend == "unfused")
+                                unfused_attention=feat.attention_backend == "unfused",
+                                unfused_rope=not feat.apply_rope_fusion)
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
 
 

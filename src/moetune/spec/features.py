@@ -257,6 +257,11 @@ class Features(FrozenSpec):
     attention_backend: Literal["auto", "flash", "fused", "unfused", "local"] = Field(
         default="auto", description="Attention kernel choice. --attention-backend; Bridge model.attention_backend. "
         "Default auto.")
+    apply_rope_fusion: bool = Field(
+        default=True, description="Fused RoPE kernel (TE fused_apply_rotary_pos_emb) on Q and K; False runs "
+        "Megatron-Core's unfused _apply_rotary_pos_emb_bshd (rotate-half, two multiplies, an add: several "
+        "elementwise kernels). --no-rope-fusion; Bridge model.apply_rope_fusion. Default True (Megatron-LM's "
+        "argparse default; MLM sets it False for non-RoPE position embeddings, where nothing is rotated).")
     transformer_impl: Literal["transformer_engine", "local"] = Field(
         default="transformer_engine", description="Layer implementation (local = unfused attention, torch "
         "linears). --transformer-impl; Bridge: the model provider's layer spec. Default transformer_engine.")
