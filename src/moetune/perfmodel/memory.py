@@ -486,6 +486,24 @@ def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, 
     return saved, graphed, transient, resident
 
 
+def cpu_offloaded_layer_bytes(job: Job) -> tuple[float, ...]:
+    """Bytes that layer-level CPU offloading (``--cpu-offloading --cpu-offloading-num-layers N``, PP 1) copies to
+    host memory per microbatch, one entry per offloaded decoder layer: the saved activations
+    (:func:`moetune.perfmodel.activations.layer_bytes`) of the first N layers, the layers
+    :func:`_chunk_activation_of` takes off the GPU (N is capped at ``num_layers - 1``: Megatron-Core's
+    ``cpu_offloading_num_layers`` must be below the layer count, rule OFF-001). Each is copied device-to-host after
+    its forward and back before its backward (Transformer Engine ``get_cpu_offload_context``, used by
+    ``megatron/core/transformer/transformer_block.py``). Empty without offloading or with PP > 1 (rule OFF-002)."""
+    f = job.features
+    if not (f.cpu_offloading and f.cpu_offloading_num_layers) or job.layout.pp > 1:
+        return ()
+    m = job.model
+    cfg = act_config(job)
+    scope = graph_scope(job)
+    n = max(0, min(f.cpu_offloading_num_layers, m.num_layers - 1))
+    return tuple(_layer_activation(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg, scope)[0] for i in range(n))
+
+
 @memo(maxsize=65536)
 def _layer_activation(m: ModelArch, mixer: str, mlp: str, cfg: act.ActConfig, scope: frozenset[str]
                       ) -> tuple[float, float, float, float]:

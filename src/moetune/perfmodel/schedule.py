@@ -54,6 +54,31 @@ def sm_contention(hidden: float, sm_frac: float) -> float:
     return hidden * sm_frac / max(1.0 - sm_frac, 1e-3)
 
 
+def offload_exposed(layer_bytes: tuple[float, ...], host_gbs: float, layer_seconds: float, window: int = 1
+                    ) -> float:
+    """Exposed host-copy time of layer-level CPU activation offloading, per microbatch.
+
+    Megatron-Core's ``--cpu-offloading`` builds Transformer Engine's ``AsyncDoubleBufferGroupOffloadHandler``
+    (``transformer_engine/pytorch/cpu_offload.py``) with one group per decoder layer: N offloaded of L. Its
+    ``layer_window_map`` spreads the copies over the model: the device-to-host copy of offloaded layer k starts when
+    the forward reaches layer (L // N)·k and is waited for at the end of layer (L // N)·(k + 1) − 1
+    (``synchronize_on_group_commit_forward``); in backward the reload of layer k starts at layer (L // N)·(k + 1) − 1
+    and is waited for at layer (L // N)·k − 1 (``on_group_commit_backward``). So each copy hides behind ``window`` =
+    L // N layers of forward (1/3 of ``layer_seconds``, the fwd + bwd time of one layer with bwd = 2 x fwd) and each
+    reload behind ``window`` layers of backward (2/3); what is longer is exposed (the copies of one direction run one
+    after another on one stream). ``host_gbs`` is the host link per GPU per direction (system catalog
+    ``pcie_bw_gbs``: PCIe on DGX, NVLink-C2C on Grace systems)."""
+    if not layer_bytes or host_gbs <= 0:
+        return 0.0
+    w = max(1, window)
+    fwd, bwd = w * layer_seconds / 3.0, w * 2.0 * layer_seconds / 3.0
+    out = 0.0
+    for b in layer_bytes:
+        t = b / (host_gbs * 1e9)
+        out += max(0.0, t - fwd) + max(0.0, t - bwd)
+    return out
+
+
 def cp_exposed(comm: float, attn: float, *, cp_comm_type: str) -> float:
     """Exposed CP exchange: ``p2p`` hides behind the attention chunks, the all-to-all/all-gather variants do not."""
     if comm <= 0:

@@ -32,7 +32,7 @@ from moetune.perfmodel import flops as F
 from moetune.perfmodel import host as H
 from moetune.perfmodel import schedule as S
 from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
-from moetune.perfmodel.memory import state_bytes
+from moetune.perfmodel.memory import cpu_offloaded_layer_bytes, state_bytes
 from moetune.perfmodel.params import layer_params
 from moetune.perfmodel.routing import expert_load
 from moetune.perfmodel.uncertainty import Band, band_for
@@ -43,12 +43,13 @@ from moetune.spec.model import ModelArch
 from moetune.spec.pipeline import SplitFields, layout_vpp, pipeline_stages, split_fields
 from moetune.spec.system import System
 
-WALL_ORDER = ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "comm_pp", "comm_dp", "pipeline_bubble",
-              "host", "optimizer")
+WALL_ORDER = ("compute", "recompute", "comm_tp", "comm_cp", "comm_ep", "comm_pp", "comm_dp", "offload",
+              "pipeline_bubble", "host", "optimizer")
 WALL_LABEL = {
     "compute": "compute", "recompute": "recompute", "comm_tp": "TP/SP comm", "comm_cp": "CP comm",
     "comm_ep": "EP dispatch/combine", "comm_pp": "PP send/recv", "comm_dp": "DP grad/param comm",
-    "pipeline_bubble": "pipeline bubble", "host": "host/launch", "optimizer": "optimizer step",
+    "offload": "activation offload copies", "pipeline_bubble": "pipeline bubble", "host": "host/launch",
+    "optimizer": "optimizer step",
 }
 
 
@@ -130,6 +131,9 @@ class Profile:
     pp_cross: bool
     quant_bytes: float
     pcls: str
+    #: bytes per microbatch of each layer that layer-level CPU offloading copies to the host and back
+    #: (:func:`moetune.perfmodel.memory.cpu_offloaded_layer_bytes`); empty without it
+    offload_bytes: tuple[float, ...] = ()
 
 
 @memo(maxsize=65536)
@@ -653,7 +657,7 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     m = max(job.num_microbatches, 1)
     pcls = K.precision_class(feat.precision, job.system.gpu.arch)
     return Profile(job, types, list(stages), m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes,
-                   pp_cross, K.QUANT_BYTES[feat.precision], pcls)
+                   pp_cross, K.QUANT_BYTES[feat.precision], pcls, cpu_offloaded_layer_bytes(job))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -946,6 +950,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
             host_gap += n * (host_exposed(p.host, gpu_t, sharp) + (0.0 if ep_overlap else p.sync))
         a2a_tot = _stage_a2a(st, priced)
+        layers_s = comp + ctp + ccp  # the decoder layers' fwd + bwd (the offload copies hide behind them)
         if st.extra is not None:
             g, a, e = _price_extra(st.extra, r)
             comp += 3 * (g + a + e)
@@ -960,9 +965,13 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         if ep_overlap and sm_frac > 0:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
             ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
-        # the per-microbatch time: sum() of the six walls in this order (the same additions as summing them by name)
+        # layer-level CPU offloading (PP 1): host copies longer than the layer they hide behind
+        off_exp = (S.offload_exposed(prof.offload_bytes, _host_copy_gbs(job), layers_s / st.layers,
+                                     job.model.num_layers // len(prof.offload_bytes))
+                   if prof.offload_bytes and st.layers else 0.0)
+        # the per-microbatch time: sum() of the walls in this order (the same additions as summing them by name)
         w = (comp, rec, ctp, ccp, ep_exp, host_gap, gemm, attn, mem, a2a_tot,
-             sum((comp, rec, ctp, ccp, ep_exp, host_gap)), comp + rec + ctp + ccp)
+             sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp)
         stage_walls.append(w)
         done[st] = w
     per_mb = [w[10] for w in stage_walls]
@@ -974,6 +983,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     if top != top or any(v != v for v in per_mb):  # a NaN: numpy's rule (first NaN)
         bott = int(np.argmax(per_mb))
     b_comp, b_rec, b_tp, b_cp, b_ep, b_host, b_gemm, b_attn, b_mem = stage_walls[bott][:9]
+    b_off = stage_walls[bott][12]
     # PP send/recv: warm-up/flush transfers are on the critical path; steady-state ones overlap (overlap_p2p_comm)
     pp_exp = 0.0
     if prof.pp > 1:
@@ -987,7 +997,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     step_host = _step_host(prof, eff, r, opt)
     walls = {
         "compute": m * b_comp, "recompute": m * b_rec, "comm_tp": m * b_tp, "comm_cp": m * b_cp, "comm_ep": m * b_ep,
-        "comm_pp": pp_exp, "comm_dp": dp_exp, "pipeline_bubble": bubble, "host": m * b_host + step_host,
+        "comm_pp": pp_exp, "comm_dp": dp_exp, "offload": m * b_off, "pipeline_bubble": bubble, "host": m * b_host + step_host,
         "optimizer": opt,
     }
     step = sum(walls.values())
@@ -995,6 +1005,17 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
                      stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
+
+
+def _host_copy_gbs(job: Job) -> float:
+    """Host-link bandwidth per GPU per direction left for activation-offload copies: the system's ``pcie_bw_gbs``,
+    less the scale-out NIC's line rate (``scaleout_bw_gbs``) where the NIC's GPUDirect RDMA traffic shares the GPU's
+    PCIe link (``host_link_shared_with_nic``, x86 DGX) and the job spans nodes - the worst case, with the NIC busy
+    throughout (the DP / FSDP collectives of an offloading PP-1 job overlap the whole step)."""
+    s = job.system
+    if s.host_link_shared_with_nic and job.gpus > s.gpus_per_node:
+        return max(s.pcie_bw_gbs - s.scaleout_bw_gbs, 0.0)
+    return s.pcie_bw_gbs
 
 
 def _step_host(prof: Profile, eff: Efficiency, r: Rates, opt_s: float) -> float:

@@ -43,6 +43,7 @@ from moetune.errors import InputError
 from moetune.io.check import check_job
 from moetune.perfmodel.memory import (
     TIME_ONLY_FEATURES,
+    cpu_offloaded_layer_bytes,
     device_peaks,
     estimate_memory,
     fits_capacity,
@@ -88,6 +89,9 @@ class PlanRequest:
     explore_overlap: bool = True
     exact_ranking: bool = False  # check every layout's best variant (for ranking benches), not only the top-K
     explore_fsdp: bool = True  # Megatron-FSDP (optim_grads_params) instead of the distributed optimizer, PP = 1
+    #: layer-level CPU activation offloading (``--cpu-offloading-num-layers``, PP = 1) as an alternative to recompute
+    #: where the layout does not fit without either (:meth:`Search.layer_offload`)
+    explore_layer_offload: bool = True
     #: worker processes (None: up to 2 of the CPUs for requests of >= 64 GPUs); see :func:`_plan_parallel`
     workers: int | None = None
     #: the time model's efficiency parameters (:func:`moetune.perfmodel.step.resolve_efficiency`: an Efficiency,
@@ -196,8 +200,12 @@ SEARCH_RESET: dict[str, Any] = {
     "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
     "cuda_graph_impl": "none", "cuda_graph_scope": (),
     "fine_grained_activation_offloading": False, "offload_modules": (),
+    "cpu_offloading": False, "cpu_offloading_num_layers": 0,
     "optimizer_cpu_offload": False, "optimizer_offload_fraction": 0.0,
 }
+#: fractions of the decoder layers the layer-offload option tries (the least that fits is priced): eighths, the grid
+#: of the Bridge presets that offload (Llama-3-70B GB300 FP8-CS 20 of 80 layers, BF16 30, GB200 FP8-CS 40)
+LAYER_OFFLOAD_EIGHTHS = (1, 2, 3, 4, 5, 6, 7)
 #: the offloading the search tries when no layout fits without it (:meth:`Search.offload_pass`)
 OFFLOAD_UPDATES: dict[str, Any] = {
     "fine_grained_activation_offloading": True,
@@ -592,6 +600,7 @@ class Search:
                 self.pruned_mem += 1
                 self.note_miss(over, lp, mode)
                 continue
+            self.layer_offload(lp, mode)
             fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
             for rank, rec in self.rec_opts:
                 if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
@@ -613,6 +622,39 @@ class Search:
                     # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
                     # can make room for a feature that saves more than the recompute costs
                     break
+
+    def layer_offload(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
+        """Layer-level CPU activation offloading as the alternative to recompute of a PP-1 layout that does not fit
+        without either: the first N decoder layers' saved activations go to host memory (Megatron-Core
+        ``--cpu-offloading --cpu-offloading-num-layers N``; NVIDIA's Llama-3-70B GB200/GB300 Megatron-FSDP presets run
+        it instead of recompute). N is the least of :data:`LAYER_OFFLOAD_EIGHTHS` x ``num_layers`` / 8 under which
+        the base variant fits; its variants are priced next to the recompute ladder's (the copies cost the exposed
+        host-link time, :func:`moetune.perfmodel.schedule.offload_exposed`), so the faster one wins. Offloading
+        excludes recompute (rule OFF-003) and per-layer CUDA graphs (OFF-004: the checker rejects those variants).
+        The offloaded bytes of one microbatch (PP 1: one in flight) must fit in the host memory per GPU
+        (system catalog ``host_memory_gb_per_gpu``)."""
+        req = self.req
+        if (lp.pp != 1 or not req.explore_layer_offload or "offload" in req.fix or "recompute" in req.fix
+                or req.max_recompute == "none"):
+            return
+        none = self.rec_opts[0][1]
+        if self.rec_opts[0][0] != 0 or self.fits(lp, self.features(mode, lp, none)):
+            return
+        nl = req.model.num_layers
+        host_gb = req.system.host_memory_gb_per_gpu  # the offloaded activations live in (pinned) host memory
+        tried: set[int] = set()
+        for k in LAYER_OFFLOAD_EIGHTHS:
+            n = min(max(1, -(-k * nl // 8)), nl - 1)
+            if n in tried or n < 1:
+                continue
+            tried.add(n)
+            extra = {"cpu_offloading": True, "cpu_offloading_num_layers": n}
+            feats = self.features(mode, lp, {**none, **extra})
+            if host_gb is not None and sum(cpu_offloaded_layer_bytes(self.job_of(lp, feats))) > host_gb * 1e9:
+                return  # more layers offload more bytes: none of the rest fits in host memory either
+            if self.fits(lp, feats):
+                self.consider(lp, mode, 1, none, extra)
+                return
 
     def offload_pass(self) -> None:
         """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256

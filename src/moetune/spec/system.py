@@ -51,6 +51,12 @@ class System(FrozenSpec):
     scaleout_bw_gbs: float = Field(gt=0, description="Scale-out (IB/RoCE) NIC bandwidth per GPU per direction, GB/s.")
     host_cpu: str = Field(description="Host CPU (sets the kernel-launch cost).")
     pcie_bw_gbs: float = Field(default=64.0, description="Host<->device copy bandwidth per GPU per direction, GB/s.")
+    host_link_shared_with_nic: bool = Field(
+        default=False, description="The GPU's host link also carries its scale-out NIC's GPUDirect RDMA traffic (x86 "
+        "DGX: GPU and NIC under one PCIe switch); host copies then get what the NIC leaves.")
+    host_memory_gb_per_gpu: float | None = Field(
+        default=None, gt=0, description="Host (CPU) memory per GPU, GB: what activation offloading can fill. "
+        "None: not known (not checked).")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> datasheet / measurement it came from.")
 
     def peak(self, precision: str) -> float:
