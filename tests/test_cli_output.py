@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -49,9 +50,10 @@ def test_plan_and_estimate_state_one_fit_rule(dense_plan):
     _, doc = dense_plan
     c = doc["candidates"][0]
     lay = c["layout"]
-    code, out, _ = run(["estimate", "--model", "Llama-3-8B", "--system", "DGX-H100", "--gpus", "8", "--gbs", "256",
-                        "--seq", "4096", "--tp", str(lay["tp"]), "--pp", str(lay["pp"]), "--mbs", str(lay["mbs"]),
-                        "--json"])
+    # the candidate's own features (its reproduce line: e.g. layer-level CPU offloading, which plain flags lack)
+    argv = shlex.split(c["reproduce"])[1:]
+    assert argv[0] == "estimate" and f"--tp {lay['tp']}" in c["reproduce"] and f"--pp {lay['pp']}" in c["reproduce"]
+    code, out, _ = run([*argv, "--json"])
     assert code == 0
     est = json.loads(out)["memory"]
     assert doc["request"]["min_headroom_gib"] == pytest.approx(est["headroom_gib"])

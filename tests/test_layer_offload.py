@@ -98,3 +98,15 @@ def test_planner_offloads_the_layers_nvidia_offloads(system):
     assert f.recompute_granularity is None
     off = plan(PlanRequest(**{**req.__dict__, "explore_layer_offload": False})).candidates[0].job.features
     assert not off.cpu_offloading and off.recompute_granularity == "selective"
+
+
+def test_reproduce_line_rebuilds_a_layer_offloaded_job():
+    from moetune.io.load import FeatureChoices, choice_updates, feature_args
+
+    f = _llama_fsdp_job("GB300", 20).features
+    args = feature_args(f)
+    assert "--offload-modules layers:20" in args
+    upd = choice_updates(FeatureChoices(offload="layers:20"))
+    assert upd["cpu_offloading"] and upd["cpu_offloading_num_layers"] == 20
+    assert not upd["fine_grained_activation_offloading"]
+    assert not choice_updates(FeatureChoices(offload="none"))["cpu_offloading"]

@@ -208,7 +208,8 @@ def register(app: typer.Typer) -> None:
         recompute: Annotated[str | None, typer.Option(help="none | full[:uniform|block:N] | selective | "
                                                             "comma list of modules")] = None,
         offload_modules: Annotated[str | None, typer.Option("--offload-modules", "--offload",
-                                                    help="fine-grained activation offload modules, or none")] = None,
+                                                    help="fine-grained activation offload modules, layers:N "
+                                                         "(CPU-offload the first N layers), or none")] = None,
         cuda_graph_scope: Annotated[str | None, typer.Option("--cuda-graph-scope",
                                                              help="attn,moe_router,... or none")] = None,
         optimizer_offload: Annotated[float | None, typer.Option(help="optimizer CPU offload fraction")] = None,

@@ -63,7 +63,8 @@ class FeatureChoices:
     """What the user pinned, in the one vocabulary of ``estimate`` flags and ``plan --fix`` keys (None = not given).
 
     ``recompute``: ``none`` | ``full[:uniform|block[:N]]`` | ``selective`` | comma list of modules;
-    ``offload`` / ``cuda_graph_scope``: comma lists of modules / scopes, or ``none``;
+    ``offload`` / ``cuda_graph_scope``: comma lists of modules / scopes, or ``none``; ``offload`` also
+    ``layers:N`` (layer-level CPU offloading of the first N decoder layers, ``--cpu-offloading-num-layers``);
     ``dispatcher``: ``alltoall``, ``allgather``, ``deepep``, ``hybridep`` (``flex`` = DeepEP).
     """
 
@@ -153,10 +154,19 @@ def choice_updates(ch: FeatureChoices) -> dict[str, Any]:
     if ch.recompute is not None:
         up.update(parse_recompute(ch.recompute))
     if ch.offload is not None:
-        if ch.offload.strip().lower() in ("", "none", "off"):
-            up.update(fine_grained_activation_offloading=False, offload_modules=())
+        t = ch.offload.strip().lower()
+        if t in ("", "none", "off"):
+            up.update(fine_grained_activation_offloading=False, offload_modules=(), cpu_offloading=False,
+                      cpu_offloading_num_layers=0)
+        elif t.startswith("layers:"):
+            # layer-level CPU offloading of the first N decoder layers (--cpu-offloading --cpu-offloading-num-layers)
+            n = t.split(":", 1)[1]
+            if not n.isdigit() or int(n) < 1:
+                raise InputError.bad_value("--offload-modules", ch.offload, "layers:N with N >= 1 decoder layers")
+            up.update(fine_grained_activation_offloading=False, offload_modules=(), cpu_offloading=True,
+                      cpu_offloading_num_layers=int(n))
         else:
-            up.update(fine_grained_activation_offloading=True,
+            up.update(fine_grained_activation_offloading=True, cpu_offloading=False, cpu_offloading_num_layers=0,
                       offload_modules=_modules(ch.offload, "--offload-modules", OFFLOAD_MODULES))
     if ch.cuda_graph_scope is not None:
         if ch.cuda_graph_scope.strip().lower() in ("", "none", "off"):
@@ -667,6 +677,8 @@ def feature_args(f: Features) -> list[str]:
         f.moe_flex_dispatcher_backend or "deepep")
     graphs = ",".join(f.cuda_graph_scope) if f.cuda_graph_impl != "none" and f.cuda_graph_scope else "none"
     offload = ",".join(f.offload_modules) if f.fine_grained_activation_offloading and f.offload_modules else "none"
+    if f.cpu_offloading and f.cpu_offloading_num_layers:
+        offload = f"layers:{f.cpu_offloading_num_layers}"
     out = [f"--precision {f.precision}", _b("fsdp", f.use_megatron_fsdp), f"--dispatcher {disp}",
            _b("ep-overlap", f.overlap_moe_expert_parallel_comm), _b("delay-wgrad", f.delay_wgrad_compute),
            _b("tp-comm-overlap", f.tp_comm_overlap), f"--recompute {rec}", f"--offload-modules {offload}",
