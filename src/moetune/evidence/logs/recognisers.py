@@ -19,6 +19,7 @@ Formats: megatron/training/training.py ``training_log``, ``report_memory``, ``re
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -47,10 +48,113 @@ class Recogniser:
     handle: Handler
 
 
+#: lines a registry remembers having seen once, and lines whose candidate recognisers it remembers (each set is
+#: emptied when full: a log repeats a bounded set of lines — timer headers, the same frames on every rank)
+MAX_SEEN_LINES = 16384
+MAX_MEMO_LINES = 4096
+#: longer lines are not remembered
+MAX_MEMO_LINE_BYTES = 512
+
+
+class Registry(list):
+    """An ordered list of recognisers that keeps one alternation regex of all their triggers and a memo of the
+    candidate recognisers of repeated lines (both rebuilt after any change to the list); see :func:`offer`."""
+
+    _rx: re.Pattern[bytes] | None
+    _untriggered: tuple[Recogniser, ...]
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.seen: set[bytes] = set()
+        self.memo: dict[bytes, tuple[Recogniser, ...]] = {}
+
+    def _changed(self) -> None:
+        self.__dict__.pop("_rx", None)
+        self.seen.clear()
+        self.memo.clear()
+
+    def candidates(self, line: bytes) -> tuple[Recogniser, ...]:
+        """The recognisers ``line`` is offered to, in order: those without triggers and those with one in the line."""
+        return tuple(r for r in self if not r.triggers or any(t in line for t in r.triggers))
+
+    def offered_to(self, line: bytes) -> tuple[Recogniser, ...] | None:
+        """:meth:`candidates` where it is known cheaply, else None (the caller tries the triggers one by one): a line
+        remembered at its second sight, or a line without any trigger (one search of :meth:`any_trigger`)."""
+        short = len(line) <= MAX_MEMO_LINE_BYTES
+        if short:
+            cands = self.memo.get(line)
+            if cands is not None:
+                return cands
+            if line in self.seen:
+                if len(self.memo) >= MAX_MEMO_LINES:
+                    self.memo.clear()
+                cands = self.memo[line] = self.candidates(line)
+                return cands
+            if len(self.seen) >= MAX_SEEN_LINES:
+                self.seen.clear()
+            self.seen.add(line)
+        return self._untriggered if self.any_trigger().search(line) is None else None
+
+    def any_trigger(self) -> re.Pattern[bytes]:
+        """The compiled alternation of every trigger (longest first) and the recognisers without triggers."""
+        rx = self.__dict__.get("_rx")
+        if rx is None:
+            lits = sorted({t for r in self for t in r.triggers}, key=len, reverse=True)
+            rx = self._rx = re.compile(b"|".join(re.escape(t) for t in lits) or b"(?!)")
+            self._untriggered = tuple(r for r in self if not r.triggers)
+        return rx
+
+    def append(self, r: Recogniser) -> None:  # type: ignore[override]
+        super().append(r)
+        self._changed()
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._changed()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._changed()
+
+    def insert(self, index: Any, r: Recogniser) -> None:  # type: ignore[override]
+        super().insert(index, r)
+        self._changed()
+
+    def extend(self, rs: Any) -> None:  # type: ignore[override]
+        super().extend(rs)
+        self._changed()
+
+    def pop(self, index: Any = -1) -> Recogniser:  # type: ignore[override]
+        out = super().pop(index)
+        self._changed()
+        return out
+
+    def remove(self, r: Recogniser) -> None:  # type: ignore[override]
+        super().remove(r)
+        self._changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def __iadd__(self, rs: Any) -> Registry:  # type: ignore[override]
+        out = super().__iadd__(rs)
+        self._changed()
+        return out
+
+    def sort(self, *args: Any, **kwargs: Any) -> None:
+        super().sort(*args, **kwargs)
+        self._changed()
+
+    def reverse(self) -> None:
+        super().reverse()
+        self._changed()
+
+
 #: record lines (iterations, memory, timers, configuration, versions …), offered first
-RECORDS: list[Recogniser] = []
+RECORDS: Registry = Registry()
 #: failure and window signals (profiler, checkpoints, NCCL, OOM, tracebacks …), offered after RECORDS
-SIGNALS: list[Recogniser] = []
+SIGNALS: Registry = Registry()
 
 
 def recogniser(registry: list[Recogniser], name: str, *triggers: bytes) -> Callable[[Handler], Handler]:
@@ -64,7 +168,20 @@ def recogniser(registry: list[Recogniser], name: str, *triggers: bytes) -> Calla
 
 
 def offer(registry: list[Recogniser], parser: Any, line_no: int, line: bytes) -> bool:
-    """Offer ``line`` to each recogniser of ``registry`` in order; True when one took it."""
+    """Offer ``line`` to each recogniser of ``registry`` in order; True when one took it.
+
+    Which recognisers a line reaches depends on its bytes alone (a trigger in it, or none declared), so a
+    :class:`Registry` answers it without a search per trigger where it can: a line seen before (at its second
+    sight, :meth:`Registry.candidates` once) is offered to its remembered candidates; a line in which one search of
+    the registry's alternation regex (:meth:`Registry.any_trigger`) finds no trigger goes only to the recognisers
+    without triggers. The handlers called, and their order, are those of the plain loop."""
+    if type(registry) is Registry:
+        cands = registry.offered_to(line)
+        if cands is not None:
+            for r in cands:
+                if r.handle(parser, line_no, line):
+                    return True
+            return False
     for r in registry:  # runs for every line no open record or block takes: kept flat
         for t in r.triggers:
             if t in line:
