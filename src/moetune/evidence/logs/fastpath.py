@@ -617,6 +617,10 @@ class BulkIterations:
         capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
         closed = 0
         for n, line in enumerate(lines, first):
+            if capped and line in chatter:  # (no chatter line holds the literal)
+                closed += 1
+                ring[n & RING_MASK] = line
+                continue
             if COMPLETE_LITERAL in line:
                 if clean:
                     layout = hints.get((line.count(b"|"), line.count(b":")))
@@ -627,7 +631,7 @@ class BulkIterations:
                         parser.rows_seen += 1
                         ring[n & RING_MASK] = line
                         continue
-            elif capped and (line in chatter or _CLOSED in line and _NCCL_INFO in line):
+            elif capped and _CLOSED in line and _NCCL_INFO in line:
                 if len(chatter) < MAX_CHATTER_LINES:
                     chatter.add(line)
                 closed += 1

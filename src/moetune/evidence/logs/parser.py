@@ -274,6 +274,7 @@ class Parser:
             if m:
                 self.timer_match(line_no, m)
                 return
+            self.block = ""  # the line that ends the block (_continue_block would match the same line again)
         elif self.pending is None and not self.block and b"NCCL INFO" in line:
             nccl_info(self, line_no, line)  # on the raw line: it strips what it keeps
             return
