@@ -4,7 +4,10 @@ A line that no open record or block claims (see :class:`moetune.evidence.logs.pa
 recognisers of :data:`RECORDS` in order, then to those of :data:`SIGNALS`; the first whose trigger literal occurs in
 the line *and* whose handler returns True takes it. Triggers are plain byte literals (``literal in line`` is a
 ``memchr``-speed test), so a line reaches a regex only when it contains the literal that regex needs. A handler
-returning False lets the line go on to the next recogniser (a version banner may also name a GPU, …).
+returning False lets the line go on to the next recogniser (a version banner may also name a GPU, …). Which
+recognisers a line reaches depends on its bytes alone, so each registry (:class:`Registry`) answers that without a
+test per trigger where it can: one search of the alternation of all its triggers sends a line holding none straight
+to the trigger-less recognisers, and a line seen again is offered to the candidates remembered for its bytes.
 
 Adding a log format is one registration::
 
@@ -50,8 +53,8 @@ class Recogniser:
 
 #: lines a registry remembers having seen once, and lines whose candidate recognisers it remembers (each set is
 #: emptied when full: a log repeats a bounded set of lines — timer headers, the same frames on every rank)
-MAX_SEEN_LINES = 16384
-MAX_MEMO_LINES = 4096
+MAX_SEEN_LINES = 4096
+MAX_MEMO_LINES = 1024
 #: longer lines are not remembered
 MAX_MEMO_LINE_BYTES = 512
 
