@@ -687,18 +687,18 @@ def loss_spikes(vals: np.ndarray, *, prefilter: bool = True) -> list[tuple[int, 
     h = LOSS_SPIKE_HISTORY
     padded = np.concatenate([np.full(h - 1, np.nan), vals])
     win_all = np.lib.stride_tricks.sliding_window_view(padded, h)[: len(vals) - 1]  # window ending before j
-    if prefilter:  # the minimum of each window (NaN where the window reaches into the padding: kept)
-        low = padded[: len(win_all)].copy()
-        for k in range(1, h):
-            np.minimum(low, padded[k:k + len(win_all)], out=low)
-        with np.errstate(invalid="ignore"):
-            keep = ~((low >= 0) & (vals[1:] <= low * (1 + LOSS_SPIKE_REL)))
     chunk = 65536
     for start in range(0, len(win_all), chunk):
-        rows = np.arange(start, min(start + chunk, len(win_all)))
+        stop = min(start + chunk, len(win_all))
+        rows = np.arange(start, stop)
         rows = rows[rows + 1 >= LOSS_SPIKE_MIN_HISTORY]
-        if prefilter:
-            rows = rows[keep[rows]]
+        if prefilter and len(rows):  # the minimum of each window (NaN where it reaches into the padding: kept)
+            low = padded[start:stop].copy()
+            for k in range(1, h):
+                np.minimum(low, padded[start + k:stop + k], out=low)
+            with np.errstate(invalid="ignore"):
+                keep = ~((low >= 0) & (vals[start + 1:stop + 1] <= low * (1 + LOSS_SPIKE_REL)))
+            rows = rows[keep[rows - start]]
         if len(rows):
             win = win_all[rows]
             ref = np.nanmedian(win, axis=1)

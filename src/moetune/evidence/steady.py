@@ -122,16 +122,22 @@ def log_interval(rec: RunRecord, it: np.ndarray | None = None) -> int:
     return int(lo) if lo == d.max() else int(np.median(d))  # (a constant step is its own median)
 
 
-def block_medians(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """``np.median(x[a:b])`` for each block ``[a, b)`` of consecutive ``edges``, the blocks of one length together
-    (``np.median`` along the rows of a 2-D gather partitions each row as it partitions the slice, and averages the
-    same two middle values)."""
+def block_medians(x: np.ndarray, edges: np.ndarray, group: int = 32) -> np.ndarray:
+    """``np.median(x[a:b])`` for each block ``[a, b)`` of consecutive ``edges``, up to ``group`` blocks of one length
+    at a time (``np.median`` along the rows of a 2-D copy partitions each row as it partitions the slice's copy, and
+    averages the same two middle values); the copies hold at most ``group`` blocks."""
     lo, hi = edges[:-1], edges[1:]
     size = hi - lo
     out = np.empty(len(lo))
     for m in np.unique(size).tolist():
         sel = np.flatnonzero(size == m)
-        out[sel] = np.median(x[lo[sel, None] + np.arange(m)], axis=1) if m else np.nan
+        if not m:
+            out[sel] = np.nan
+            continue
+        windows = np.lib.stride_tricks.sliding_window_view(x, m)
+        for a in range(0, len(sel), group):
+            part = sel[a:a + group]
+            out[part] = np.median(windows[lo[part]], axis=1, overwrite_input=True)
     return out
 
 
