@@ -3,9 +3,9 @@
 Shortcuts checked here (each compared with the reader that does without it, on every log of data/, on stress mixes
 built like the bench's, on generated mixes and on hypothesis-picked real lines):
 
-- a :class:`~moetune.evidence.logs.recognisers.Registry` offers a line to the recognisers it remembered for that
-  line's bytes, or (one search of the alternation of all triggers finding none) only to the recognisers without
-  triggers (``Registry.offered_to``; the reference tries every trigger in turn);
+- a read's :class:`~moetune.evidence.logs.recognisers.LineRoutes` offers a line to the recognisers it remembered for
+  that line's bytes, or (one search of the registry's alternation of all triggers finding none) only to the
+  recognisers without triggers (``LineRoutes.offered_to``; the reference tries every trigger in turn);
 - NCCL chatter lines seen before are known by a hash lookup (``MAX_CHATTER_LINES``; the reference searches both
   literals in every line);
 - queued iteration lines of several lengths are parsed one run per length (``BulkIterations._by_length``).
@@ -35,15 +35,9 @@ import logs_speed  # noqa: E402
 
 
 def _without_shortcuts(m: pytest.MonkeyPatch) -> None:
-    m.setattr(recognisers.Registry, "offered_to", lambda self, line: None)
+    m.setattr(recognisers.LineRoutes, "offered_to", lambda self, line: None)
     m.setattr(fastpath, "MAX_CHATTER_LINES", 0)
     m.setattr(fastpath.BulkIterations, "_by_length", lambda self, lay, raw, lines: None)
-
-
-def _clear_memos() -> None:
-    for reg in (recognisers.RECORDS, recognisers.SIGNALS):
-        reg.seen.clear()
-        reg.memo.clear()
 
 
 def _json(rec) -> tuple[bytes, bytes]:
@@ -52,8 +46,7 @@ def _json(rec) -> tuple[bytes, bytes]:
 
 
 def check(path, monkeypatch, *, twice: bool = False) -> None:
-    """Fast reader (memos cleared first; ``twice``: read again with the memos filled) == reference reader."""
-    _clear_memos()
+    """Fast reader == reference reader (``twice``: a second read starts with empty line memos again)."""
     fast = read_text_log(path)
     with monkeypatch.context() as m:
         _without_shortcuts(m)
@@ -70,7 +63,6 @@ def test_real_logs(path, monkeypatch):
 
 @pytest.mark.parametrize("path", LOG_FILES, ids=lambda p: p.name)
 def test_json_outputs_on_real_logs(path, monkeypatch):
-    _clear_memos()
     fast = _json(read_run(path))
     with monkeypatch.context() as m:
         _without_shortcuts(m)
@@ -99,9 +91,17 @@ def test_stress_mix_like_the_bench(tmp_path, monkeypatch):
         return got
 
     monkeypatch.setattr(fastpath.BulkIterations, "_by_length", by_length)
-    _clear_memos()
+    remembered = []
+    orig_routes = recognisers.LineRoutes.offered_to
+
+    def offered_to(self, line):
+        got = orig_routes(self, line)
+        remembered.append(len(self.memo))
+        return got
+
+    monkeypatch.setattr(recognisers.LineRoutes, "offered_to", offered_to)
     fast = read_text_log(p)
-    assert any(calls) and recognisers.RECORDS.memo and fast.signal_counts["nccl_connection_closed"] > 1000
+    assert any(calls) and max(remembered) > 0 and fast.signal_counts["nccl_connection_closed"] > 1000
     with monkeypatch.context() as m:
         _without_shortcuts(m)
         ref = read_text_log(p, bulk=False)
@@ -128,11 +128,14 @@ def test_registry_rebuilds_after_a_change():
     reg = recognisers.Registry()
     reg.append(recognisers.Recogniser("a", (b"alpha",), lambda p, n, line: True))
     assert reg.any_trigger().search(b"x alpha") and not reg.any_trigger().search(b"beta")
-    reg.offered_to(b"beta")
-    reg.offered_to(b"beta")
-    assert reg.memo
+    routes = recognisers.LineRoutes(reg)
+    routes.offered_to(b"beta")
+    routes.offered_to(b"beta")
+    assert routes.memo
     reg += [recognisers.Recogniser("b", (b"beta",), lambda p, n, line: True)]
-    assert not reg.memo and reg.any_trigger().search(b"beta")
+    assert reg.any_trigger().search(b"beta")
+    assert routes.offered_to(b"beta") is None and not routes.memo  # the old list forgotten: a first sight again
+    assert [r.name for r in routes.offered_to(b"beta")] == ["b"]
     assert [r.name for r in reg.candidates(b"alpha beta")] == ["a", "b"]
     del reg[0]
     assert [r.name for r in reg.candidates(b"alpha beta")] == ["b"]

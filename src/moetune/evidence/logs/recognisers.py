@@ -5,9 +5,10 @@ recognisers of :data:`RECORDS` in order, then to those of :data:`SIGNALS`; the f
 the line *and* whose handler returns True takes it. Triggers are plain byte literals (``literal in line`` is a
 ``memchr``-speed test), so a line reaches a regex only when it contains the literal that regex needs. A handler
 returning False lets the line go on to the next recogniser (a version banner may also name a GPU, …). Which
-recognisers a line reaches depends on its bytes alone, so each registry (:class:`Registry`) answers that without a
-test per trigger where it can: one search of the alternation of all its triggers sends a line holding none straight
-to the trigger-less recognisers, and a line seen again is offered to the candidates remembered for its bytes.
+recognisers a line reaches depends on its bytes alone, so each read answers that without a test per trigger where it
+can (:class:`LineRoutes`): one search of the alternation of all the registry's triggers (:class:`Registry`) sends a
+line holding none straight to the trigger-less recognisers, and a line seen again in the read is offered to the
+candidates remembered for its bytes.
 
 Adding a log format is one registration::
 
@@ -51,7 +52,7 @@ class Recogniser:
     handle: Handler
 
 
-#: lines a registry remembers having seen once, and lines whose candidate recognisers it remembers (each set is
+#: lines a read remembers having seen once, and lines whose candidate recognisers it remembers (each set is
 #: emptied when full: a log repeats a bounded set of lines — timer headers, the same frames on every rank)
 MAX_SEEN_LINES = 4096
 MAX_MEMO_LINES = 1024
@@ -60,43 +61,24 @@ MAX_MEMO_LINE_BYTES = 512
 
 
 class Registry(list):
-    """An ordered list of recognisers that keeps one alternation regex of all their triggers and a memo of the
-    candidate recognisers of repeated lines (both rebuilt after any change to the list); see :func:`offer`."""
+    """An ordered list of recognisers with one alternation regex of all their triggers (rebuilt after any change to
+    the list; ``version`` counts the changes, so a read's :class:`LineRoutes` drops what it remembered of an older
+    list); see :func:`offer`."""
 
     _rx: re.Pattern[bytes] | None
     _untriggered: tuple[Recogniser, ...]
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.seen: set[bytes] = set()
-        self.memo: dict[bytes, tuple[Recogniser, ...]] = {}
+        self.version = 0
 
     def _changed(self) -> None:
         self.__dict__.pop("_rx", None)
-        self.seen.clear()
-        self.memo.clear()
+        self.version += 1
 
     def candidates(self, line: bytes) -> tuple[Recogniser, ...]:
         """The recognisers ``line`` is offered to, in order: those without triggers and those with one in the line."""
         return tuple(r for r in self if not r.triggers or any(t in line for t in r.triggers))
-
-    def offered_to(self, line: bytes) -> tuple[Recogniser, ...] | None:
-        """:meth:`candidates` where it is known cheaply, else None (the caller tries the triggers one by one): a line
-        remembered at its second sight, or a line without any trigger (one search of :meth:`any_trigger`)."""
-        short = len(line) <= MAX_MEMO_LINE_BYTES
-        if short:
-            cands = self.memo.get(line)
-            if cands is not None:
-                return cands
-            if line in self.seen:
-                if len(self.memo) >= MAX_MEMO_LINES:
-                    self.memo.clear()
-                cands = self.memo[line] = self.candidates(line)
-                return cands
-            if len(self.seen) >= MAX_SEEN_LINES:
-                self.seen.clear()
-            self.seen.add(line)
-        return self._untriggered if self.any_trigger().search(line) is None else None
 
     def any_trigger(self) -> re.Pattern[bytes]:
         """The compiled alternation of every trigger (longest first) and the recognisers without triggers."""
@@ -154,6 +136,44 @@ class Registry(list):
         self._changed()
 
 
+class LineRoutes:
+    """What one read remembers of the lines it offered to one :class:`Registry`: the lines seen once, and the
+    candidate recognisers (:meth:`Registry.candidates`) of lines seen twice. It lives on the read's parser (one per
+    registry), so nothing outlives the read; both sets are bounded (:data:`MAX_SEEN_LINES`, :data:`MAX_MEMO_LINES`)."""
+
+    __slots__ = ("registry", "version", "seen", "memo")
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.version = registry.version
+        self.seen: set[bytes] = set()
+        self.memo: dict[bytes, tuple[Recogniser, ...]] = {}
+
+    def offered_to(self, line: bytes) -> tuple[Recogniser, ...] | None:
+        """:meth:`Registry.candidates` where it is known cheaply, else None (the caller tries the triggers one by
+        one): a line remembered at its second sight, or a line without any trigger (one search of
+        :meth:`Registry.any_trigger`)."""
+        reg = self.registry
+        if self.version != reg.version:
+            self.version = reg.version
+            self.seen.clear()
+            self.memo.clear()
+        if len(line) <= MAX_MEMO_LINE_BYTES:
+            cands = self.memo.get(line)
+            if cands is not None:
+                return cands
+            if line in self.seen:
+                if len(self.memo) >= MAX_MEMO_LINES:
+                    self.memo.clear()
+                cands = self.memo[line] = reg.candidates(line)
+                return cands
+            if len(self.seen) >= MAX_SEEN_LINES:
+                self.seen.clear()
+            self.seen.add(line)
+        rx = reg.any_trigger()
+        return reg._untriggered if rx.search(line) is None else None
+
+
 #: record lines (iterations, memory, timers, configuration, versions …), offered first
 RECORDS: Registry = Registry()
 #: failure and window signals (profiler, checkpoints, NCCL, OOM, tracebacks …), offered after RECORDS
@@ -170,16 +190,17 @@ def recogniser(registry: list[Recogniser], name: str, *triggers: bytes) -> Calla
     return deco
 
 
-def offer(registry: list[Recogniser], parser: Any, line_no: int, line: bytes) -> bool:
+def offer(registry: list[Recogniser], parser: Any, line_no: int, line: bytes,
+          routes: LineRoutes | None = None) -> bool:
     """Offer ``line`` to each recogniser of ``registry`` in order; True when one took it.
 
     Which recognisers a line reaches depends on its bytes alone (a trigger in it, or none declared), so a
-    :class:`Registry` answers it without a search per trigger where it can: a line seen before (at its second
-    sight, :meth:`Registry.candidates` once) is offered to its remembered candidates; a line in which one search of
-    the registry's alternation regex (:meth:`Registry.any_trigger`) finds no trigger goes only to the recognisers
-    without triggers. The handlers called, and their order, are those of the plain loop."""
-    if type(registry) is Registry:
-        cands = registry.offered_to(line)
+    read's :class:`LineRoutes` for the registry answers it without a search per trigger where it can: a line seen
+    before (at its second sight, :meth:`Registry.candidates` once) is offered to its remembered candidates; a line in
+    which one search of the registry's alternation regex (:meth:`Registry.any_trigger`) finds no trigger goes only to
+    the recognisers without triggers. The handlers called, and their order, are those of the plain loop."""
+    if routes is not None:
+        cands = routes.offered_to(line)
         if cands is not None:
             for r in cands:
                 if r.handle(parser, line_no, line):
