@@ -218,3 +218,25 @@ def test_pins_are_kept():
     (v,) = P._graph_variants(req, P._recompute_options(req.model, "none")[0][1], hyb)
     assert v["cuda_graph_scope"] == ("full_iteration",) and v["moe_expert_rank_capacity_factor"] == 2.0
     assert v["moe_paged_stash"] is True  # the recipe's companion, not pinned
+
+
+def test_service_mcp_and_web_share_the_flags():
+    """The MCP / web service reads the estimate command's own options: the same arguments give the CLI's numbers,
+    and a bad factor is the same one-line exit-2 error."""
+    from moetune import service
+
+    props = service.schema("estimate")["properties"]
+    assert "rank_capacity_factor" in props and "paged_stash" in props
+    args = {"model": "Qwen3-30B-A3B", "system": "GB200-NVL72", "gpus": 8, "gbs": 256, "seq": 4096, "ep": 8,
+            "dispatcher": "hybridep", "cuda_graph_scope": "full_iteration", "rank_capacity_factor": "1.5",
+            "paged_stash": True, "recipe": "none"}
+    got = service.run("estimate", args)
+    flags = [f"--{k.replace('_', '-')}" if v is True else f"--{k.replace('_', '-')}={v}" for k, v in args.items()]
+    res = RUNNER.invoke(app, ["estimate", *flags, "--json"], catch_exceptions=False)
+    cli = json.loads(res.stdout)
+    assert got["time"]["step_time_s"] == cli["time"]["step_time_s"]
+    assert got["memory"]["stages"] == cli["memory"]["stages"]
+    assert got["job"]["features"]["moe_paged_stash"] is True
+    with pytest.raises(service.CommandError) as ei:
+        service.run("estimate", {**args, "rank_capacity_factor": "0"})
+    assert ei.value.exit_code == 2 and "--rank-capacity-factor" in str(ei.value)
