@@ -240,3 +240,15 @@ def test_service_mcp_and_web_share_the_flags():
     with pytest.raises(service.CommandError) as ei:
         service.run("estimate", {**args, "rank_capacity_factor": "0"})
     assert ei.value.exit_code == 2 and "--rank-capacity-factor" in str(ei.value)
+
+
+def test_no_whole_iteration_graph_with_activation_offloading():
+    """Layer CPU offloading with a whole-iteration graph is documented as unsupported (CG-011w) and fine-grained
+    offloading needs settings the planner does not search (CG-020): the option's updates carry the offloading."""
+    dense = _req("Llama-3-8B")
+    lp = LayoutPoint(tp=1, cp=1, pp=1, vpp=1, ep=1, etp=1, mbs=1, dp=8, edp=8)
+    disp = P._dispatcher_variants(dense, lp)[0]
+    none = P._recompute_options(dense.model, "none")[0][1]
+    assert _full(P._graph_variants(dense, none, disp))
+    for extra in ({"cpu_offloading": True, "cpu_offloading_num_layers": 4}, P.OFFLOAD_UPDATES):
+        assert not _full(P._graph_variants(dense, {**none, **extra}, disp)), extra

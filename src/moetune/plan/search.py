@@ -314,8 +314,10 @@ def _graph_variants(req: PlanRequest, recompute: dict, disp: dict | None = None)
     recompute). A dropless MoE has static expert shapes in a whole-iteration graph only with HybridEP's rank capacity
     budget (rule CG-029; MOE-044 needs the flex dispatcher's HybridEP backend): there the variant carries the rank
     capacity factor and paged stash of Bridge's full-iteration presets (catalog memory.yaml
-    ``full_iteration_moe_recipe``), and with other dispatchers it is not offered. ``--fix`` pins of
-    ``cuda_graph_scope``, ``rank_capacity_factor`` and ``paged_stash`` are kept as given."""
+    ``full_iteration_moe_recipe``), and with other dispatchers it is not offered; nor with activation offloading in
+    ``recompute`` (the option's updates: layer CPU offloading with a whole-iteration graph is documented as
+    unsupported, CG-011w; fine-grained offloading needs settings the planner does not search, CG-020). ``--fix`` pins
+    of ``cuda_graph_scope``, ``rank_capacity_factor`` and ``paged_stash`` are kept as given."""
     from moetune.io.load import FeatureChoices, choice_updates, fix_choices
 
     static = {"moe_expert_rank_capacity_factor": None, "moe_paged_stash": False}
@@ -327,8 +329,10 @@ def _graph_variants(req: PlanRequest, recompute: dict, disp: dict | None = None)
                         moe_paged_stash=bool(rc["moe_paged_stash"]))
         else:
             full = None
-    pins = choice_updates(fix_choices({k: v for k, v in req.fix.items() if k in ("rank_capacity_factor",
-                                                                                  "paged_stash")}))
+    if recompute.get("cpu_offloading") or recompute.get("fine_grained_activation_offloading"):
+        full = None
+    pinned_keys = {k: v for k, v in req.fix.items() if k in ("rank_capacity_factor", "paged_stash")}
+    pins = choice_updates(fix_choices(pinned_keys)) if pinned_keys else {}
     if "cuda_graph_scope" in req.fix:
         pinned = choice_updates(FeatureChoices(cuda_graph_scope=str(req.fix["cuda_graph_scope"])))
         whole = "full_iteration" in pinned["cuda_graph_scope"]
@@ -726,7 +730,7 @@ class Search:
         lk = lp.key()
         bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
         for disp in _dispatcher_variants(req, lp):
-            for gr in _graph_variants(req, rec, disp):
+            for gr in _graph_variants(req, upd, disp):
                 if fitted is not None:
                     vkey = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
                             gr["cuda_graph_impl"], gr["cuda_graph_scope"])
