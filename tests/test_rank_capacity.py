@@ -252,3 +252,17 @@ def test_no_whole_iteration_graph_with_activation_offloading():
     assert _full(P._graph_variants(dense, none, disp))
     for extra in ({"cpu_offloading": True, "cpu_offloading_num_layers": 4}, P.OFFLOAD_UPDATES):
         assert not _full(P._graph_variants(dense, {**none, **extra}, disp)), extra
+
+
+def test_sweep_harness_carries_the_budget():
+    from moetune.sweep.overrides import harness_flags
+
+    kw = dict(precision="mxfp8", gbs=256, mbs=1, seq=4096, steps=10, gpus=8, gpus_per_node=4, gpu="gb200",
+              family="qwen", recipe="qwen3_30b_a3b")
+    lay = {"tp": 1, "pp": 1, "ep": 8}
+    feats = {**HYBRIDEP, **FULL, "moe_expert_rank_capacity_factor": 1.5, "moe_paged_stash": True}
+    args = harness_flags(lay, feats, **kw)
+    assert "model.moe_expert_rank_capacity_factor=1.5" in args and "model.moe_paged_stash=true" in args
+    assert "model.use_transformer_engine_op_fuser=true" in args
+    plain = harness_flags(lay, {**HYBRIDEP, "moe_expert_rank_capacity_factor": None, "moe_paged_stash": False}, **kw)
+    assert not [a for a in plain if "rank_capacity" in a or "paged_stash" in a or "op_fuser" in a]
