@@ -121,7 +121,8 @@ def grad_buffer_bytes(f: Features) -> int:
     keep FP32 gradients only when the gradients are reduced in FP32; Megatron-LM ``validate_args`` turns that on for
     ``--bf16`` unless ``--grad-reduce-in-bf16`` or a BF16 ``--main-grads-dtype``. The Bridge perf recipes set
     ``ddp.grad_reduce_in_fp32 = False`` (``perf_recipes/_common.py`` ``_benchmark_common`` / ``_perf_precision``), so
-    their gradient buffers are BF16.
+    their gradient buffers are BF16. An explicit FP32 ``megatron_fsdp_main_grads_dtype`` without FP32 reduction is not a
+    Features field and is taken as None (BF16).
     """
     db = const("dtype_bytes")
     return db["fp32"] if (f.grad_reduce_in_fp32 and f.main_grads_dtype == "fp32") else db["bf16"]
