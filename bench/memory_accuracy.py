@@ -37,10 +37,16 @@ PLATFORM_SYSTEM = {"dgx_h100": "DGX-H100", "dgxh100_dgxc": "DGX-H100", "dgx_a100
 #: measured_memory_calibration.csv rows from Bridge cards -> (recipe, overrides, note)
 CARD_RECIPES = {
     "Qwen3-30B-A3B pretrain perf recipe": ("qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config", {}, ""),
+    # the card ran the convergence recipe nemotron_3_5_lightning_pretrain_config (Bridge recipes/nemotronh/h100/
+    # nemotron_3_nano.py): FP32 Adam state without the precision-aware optimizer, recompute moe + layernorm +
+    # core_attn, native cross entropy, where the perf recipe has BF16 moments, moe_act + layernorm and TE's
     "Nemotron-3.5-Lightning (hybrid Mamba-MoE) pretrain|H100": (
         "nemotron_3_5_lightning_pretrain_16gpu_h100_bf16_config",
-        {"cp": 2, "graphs": ("mamba",), "natural_routing": True},
-        "layout from the 16-GPU H100 perf recipe; card: CP2, TE graphs scope mamba, natural routing"),
+        {"cp": 2, "graphs": ("mamba",), "natural_routing": True,
+         "features": {"use_precision_aware_optimizer": False, "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32",
+                      "recompute_modules": ("moe", "layernorm", "core_attn"), "cross_entropy_fusion_impl": "native"}},
+        "layout from the 16-GPU H100 perf recipe; card: CP2, TE graphs scope mamba, natural routing, the convergence "
+        "recipe's FP32 optimizer state, recompute and native cross entropy"),
     "Nemotron-3.5-Lightning (hybrid Mamba-MoE) pretrain|GB200": (
         "nemotron_3_5_lightning_pretrain_8gpu_gb200_bf16_config", {"graphs": False, "natural_routing": True},
         "8-GPU GB200 perf recipe; card: CUDA graphs off, natural routing"),
@@ -146,6 +152,7 @@ def _row_job(r: dict, data: Path, golden_cfgs: dict[str, Path]):
         feats = {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ov["graphs"]}
     if ov.get("natural_routing"):
         feats["moe_router_force_load_balancing"] = False
+    feats.update(ov.get("features", {}))
     changes = {}
     for fld, col in (("micro_batch_size", "mbs"), ("global_batch_size", "gbs"), ("seq_length", "seq")):
         if r.get(col):

@@ -60,6 +60,16 @@ def test_megatron_args_string():
     assert cfg["optimizer"]["bf16"] is True
 
 
+@pytest.mark.parametrize("extra,want", [("", True), ("--grad-reduce-in-bf16", False),
+                                        ("--main-grads-dtype bf16", None), ("--accumulate-allreduce-grads-in-fp32", True)])
+def test_megatron_args_bf16_reduces_grads_in_fp32(extra, want):
+    """megatron/training/arguments.py validate_args: --bf16 accumulates and all-reduces gradients in FP32 (FP32 DDP
+    gradient buffers) unless --grad-reduce-in-bf16 or a BF16 --main-grads-dtype."""
+    cfg = read_megatron_args(f"--num-layers 4 --hidden-size 256 --bf16 {extra}")
+    assert cfg.get("ddp", {}).get("grad_reduce_in_fp32") is want
+    assert "grad_reduce_in_fp32" not in read_megatron_args("--num-layers 4 --hidden-size 256").get("ddp", {})
+
+
 @pytest.mark.parametrize("text,needle", [
     ("--num-layers 4 --bogus-flag 3", "--bogus-flag"),
     ("--num-layers four", "--num-layers"),

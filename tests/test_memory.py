@@ -85,6 +85,36 @@ def test_bytes_per_param_table():
     assert (s["weights"] + s["main_grads"] + s["optimizer_state"]) * GIB == pytest.approx(18 / 8 * p, rel=1e-9)
 
 
+def test_grad_buffer_follows_grad_reduce_in_fp32():
+    """Megatron-Core DDP / Megatron-FSDP keep FP32 gradient buffers only when gradients are reduced in FP32; the Bridge
+    perf recipes reduce in BF16 (``ddp.grad_reduce_in_fp32 = False``), so their gradients take 2 B/param."""
+    m = _gpt7b()
+    p = count_params(m).total
+    assert mem.grad_buffer_bytes(Features()) == 4
+    assert mem.grad_buffer_bytes(Features(grad_reduce_in_fp32=False)) == 2
+    assert mem.grad_buffer_bytes(Features(main_grads_dtype="bf16")) == 2
+    s = _state(job(m, features=Features(grad_reduce_in_fp32=False)))
+    assert s["main_grads"] * GIB == pytest.approx(2 * p, rel=1e-9)
+    assert s["main_grads"] == pytest.approx(s["weights"], rel=1e-12)
+    f = Features(grad_reduce_in_fp32=False, use_megatron_fsdp=True, data_parallel_sharding_strategy="optim_grads_params")
+    s = _state(job(m, features=f))
+    assert (s["weights"] + s["main_grads"] + s["optimizer_state"]) * GIB == pytest.approx(16 / 8 * p, rel=1e-9)
+
+
+def test_gpt_oss_b200_recipe_fits():
+    """NVIDIA's GPT-OSS-120B 64xB200 BF16 recipe (TP1 PP1 EP8 MBS4, layernorm + moe_act recompute) ran, so it fits:
+    with its BF16 gradient buffers the model state is 30.7 + 30.7 + 20.4 GiB (not 61.3 GiB of FP32 gradients)."""
+    from moetune.catalog.recipes import recipe_config
+    from moetune.io.config_to_job import job_from_config
+
+    j = job_from_config(recipe_config("gpt_oss_120b_pretrain_64gpu_b200_bf16_config"))
+    assert not j.features.grad_reduce_in_fp32
+    est = mem.estimate_memory(j)
+    s = est.stages[0].components
+    assert s["main_grads"] == pytest.approx(s["weights"], rel=1e-12)
+    assert est.fits
+
+
 def test_expert_state_sharded_over_edp():
     m = get_model("Qwen3-30B-A3B")
     lay = Layout(ep=8, etp=1)

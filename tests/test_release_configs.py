@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from moetune.catalog.models import get_model
-from moetune.catalog.release_configs import preset_features, release_preset, releases
+from moetune.catalog.release_configs import preset_features, publishing_presets, release_preset, releases
 from moetune.io.load import build_published_job
 from moetune.perfmodel.calibration import read_measured_csv
 
@@ -41,6 +41,43 @@ def test_qwen3_b200_dispatcher_follows_the_release():
     assert seen["25.11"] == ("alltoall", None, ("moe_router", "moe_preprocess"))
     assert seen["26.02"][:2] == ("flex", "deepep")
     assert seen["26.02.01"] == ("flex", "hybridep", ("attn", "moe_router", "moe_preprocess"))
+
+
+def test_deepseek_v3_gb300_25_11_table_layout_cannot_exist_and_the_preset_can():
+    """The 25.11 table gives DeepSeek-V3 on 256 GB300 as TP1 PP8 VP2 EP64, which Megatron-Core cannot build (ETP*EP*PP
+    = 512 does not divide 256); the release's GB300 FP8-MX preset at the publishing commit runs PP4 VP4 EP64."""
+    from moetune.spec.validate import world_size_violation
+
+    assert "PAR-002" in world_size_violation(1, 1, 8, 64, 1, 256)
+    got = publishing_presets("DeepSeek-V3", "DGX-GB300", "mxfp8", "25.11", gpus=256, gbs=2048)
+    assert [p.name for p in got] == ["DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_BASE_CONFIG"]
+    f = got[0].fields
+    lay = (f["tensor_model_parallel_size"], f["pipeline_model_parallel_size"],
+           f["virtual_pipeline_model_parallel_size"], f["expert_model_parallel_size"])
+    assert lay == (1, 4, 4, 64) and world_size_violation(1, 1, 4, 64, 1, 256) is None
+    assert publishing_presets("DeepSeek-V3", "DGX-GB300", "mxfp8", "25.11", gpus=128, gbs=2048) == ()
+
+
+def test_plan_bench_prices_an_impossible_table_layout_with_the_release_preset(monkeypatch):
+    """bench/plan_vs_published: the impossible 25.11 DeepSeek-V3 GB300 row is stated as a table fact and priced with
+    its release preset's layout; a possible layout passes through; without a preset the row says why."""
+    import csv
+
+    monkeypatch.syspath_prepend(str(DATA.parent / "bench"))
+    import plan_vs_published as bench
+
+    rows = [r for r in csv.DictReader((DATA / "perf" / "mbridge_perf_calibration.csv").open())
+            if r["release"] == "25.11" and r["model"] == "DeepSeekV3" and r["system"] == "DGX-GB300"
+            and r["pp"] == "8" and r["ep"] == "64"]
+    assert len(rows) == 1
+    (key, kw, pub), note = bench._row_setup(rows[0])
+    assert (pub["tp"], pub["pp"], pub["vpp"], pub["ep"], pub["mbs"]) == (1, 4, 4, 64, 1)
+    assert "table layout cannot exist" in note and "PAR-002" in note and "GB300_FP8_MX_BASE_CONFIG" in note
+    ok = {"tp": 1, "pp": 4, "cp": 1, "vpp": 4, "ep": 64, "mbs": 1}
+    assert bench._possible_layout(rows[0], "DeepSeek-V3", "DGX-GB300", "mxfp8", 256, 2048, ok) == (ok, "")
+    gone, why = bench._possible_layout({"release": "26.08"}, "DeepSeek-V3", "DGX-GB300", "mxfp8", 256, 2048,
+                                       {**ok, "pp": 8})
+    assert gone is None and "no preset" in why
 
 
 def test_a_preset_needs_the_rows_parallelism_and_prefers_its_batch():

@@ -98,6 +98,26 @@ def release_preset(model_name: str, system_name: str, precision: str, release: s
     return matches(rel, 6)
 
 
+def publishing_presets(model_name: str, system_name: str, precision: str, release: str, *, gpus: int,
+                       gbs: int) -> tuple[ReleasePreset, ...]:
+    """The presets of ``release``'s publishing commit for this model, GPU, precision, GPU count and global batch, by
+    name, whatever their parallelism: what NVIDIA's scripts ran for a row whose table layout cannot exist."""
+    rel = _data()["releases"].get(release)
+    tok = PRECISION_TOKEN.get(precision)
+    if rel is None or tok is None:
+        return ()
+    prefix = f"_PRETRAIN_CONFIG_{_gpu_token(system_name)}_{tok}_"
+    out = []
+    for name in sorted(rel["presets"]):
+        head, sep, tail = name.partition(prefix)
+        if not sep or name_key(head) != name_key(model_name) or not re.fullmatch(r"V\d+|BASE_CONFIG", tail):
+            continue
+        f = {**rel["defaults"], **_data()["table"][rel["presets"][name]]}
+        if f["num_gpus"] == gpus and f["global_batch_size"] == gbs:
+            out.append(ReleasePreset(release, name, rel["commit"], f, dict(rel["flex_gate"])))
+    return tuple(out)
+
+
 def _flex_allowed(backend: str, gpu_name: str, gate: dict[str, str]) -> bool:
     """``apply_flex_dispatcher_backend``'s device check at the preset's commit (module doc): HybridEP on GB200/GB300
     only, or on SM 8.x-10.x (every GPU of the catalog); DeepEP on Ampere, Hopper, B200 and B300."""

@@ -79,6 +79,7 @@ ddp-bucket-size                       ddp.bucket_size                           
 ddp-num-buckets                       ddp.num_buckets                                          int
 no-check-for-nan-in-loss-and-grad     rerun_state_machine.check_for_nan_in_loss,ddp.check_for_nan_in_grad nobool
 accumulate-allreduce-grads-in-fp32    ddp.grad_reduce_in_fp32                                  bool
+grad-reduce-in-bf16                   mlm.grad_reduce_in_bf16                                  bool
 use-megatron-fsdp                     dist.use_megatron_fsdp,ddp.use_megatron_fsdp             bool
 use-torch-fsdp2                       dist.use_torch_fsdp2                                     bool
 data-parallel-sharding-strategy       ddp.data_parallel_sharding_strategy                      str
@@ -979,6 +980,13 @@ def _resolve_mlm_specials(cfg: dict) -> None:
     if model.get("bf16"):
         model["params_dtype"] = "bfloat16"
         cfg.setdefault("optimizer", {})["params_dtype"] = "bfloat16"
+        # validate_args: BF16 accumulates and all-reduces gradients in FP32 (FP32 DDP grad buffers) unless
+        # --grad-reduce-in-bf16 or a BF16 --main-grads-dtype
+        main_grads = str(cfg["optimizer"].get("main_grads_dtype") or "fp32").lower()
+        if mlm.get("grad_reduce_in_bf16"):
+            cfg.setdefault("ddp", {})["grad_reduce_in_fp32"] = False
+        elif main_grads in ("fp32", "float32"):
+            cfg.setdefault("ddp", {})["grad_reduce_in_fp32"] = True
     elif model.get("fp16"):
         model["params_dtype"] = "float16"
         cfg.setdefault("optimizer", {})["params_dtype"] = "float16"

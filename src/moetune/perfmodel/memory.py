@@ -7,7 +7,7 @@ the layer being processed + library workspaces (:mod:`moetune.perfmodel.runtime_
 fragmentation and CUDA-graph pools; device memory adds what lives outside PyTorch (context, NCCL, DeepEP).
 
 Model state (docs/domain.md §3.1; Megatron-LM megatron/training/theoretical_memory_usage.py for the plain case):
-bytes/param = weight (2, or 1 for FP8 params) + main grad (4, or 2 with BF16 main grads) + optimizer (FP32 master 4
+bytes/param = weight (2, or 1 for FP8 params) + main grad (4 when reduced in FP32, else 2) + optimizer (FP32 master 4
 + Adam m, v 4+4; BF16 moments with the precision-aware optimizer) / S, where S = DP·CP / instances for dense
 parameters and EDP / instances for expert parameters with the distributed optimizer, 1 without. Megatron-FSDP
 ``optim_grads_params`` also shards weights and grads. Optimizer CPU offload keeps (1 − f) of the optimizer state.
@@ -112,12 +112,28 @@ class StateBytes:
     optimizer: float
 
 
+def grad_buffer_bytes(f: Features) -> int:
+    """Bytes per parameter of the main-gradient buffer (what the DP collectives reduce, too).
+
+    Megatron-Core ``distributed_data_parallel.py`` (``grad_dtype = torch.float if ddp_config.grad_reduce_in_fp32
+    else param.dtype``) and Megatron-FSDP's mixed-precision policy (``build_fully_shard_mixed_precision_policy``: FP32
+    main grads with ``grad_reduce_in_fp32``, else ``megatron_fsdp_main_grads_dtype``, None = the BF16 compute dtype)
+    keep FP32 gradients only when the gradients are reduced in FP32; Megatron-LM ``validate_args`` turns that on for
+    ``--bf16`` unless ``--grad-reduce-in-bf16`` or a BF16 ``--main-grads-dtype``. The Bridge perf recipes set
+    ``ddp.grad_reduce_in_fp32 = False`` (``perf_recipes/_common.py`` ``_benchmark_common`` / ``_perf_precision``), so
+    their gradient buffers are BF16. An explicit FP32 ``megatron_fsdp_main_grads_dtype`` without FP32 reduction is not a
+    Features field and is taken as None (BF16).
+    """
+    db = const("dtype_bytes")
+    return db["fp32"] if (f.grad_reduce_in_fp32 and f.main_grads_dtype == "fp32") else db["bf16"]
+
+
 def state_bytes(job: Job) -> StateBytes:
-    """Bytes per parameter before sharding (docs/domain.md §3.1 table)."""
+    """Bytes per parameter before sharding (docs/domain.md §3.1 table); the gradient: :func:`grad_buffer_bytes`."""
     f = job.features
     db = const("dtype_bytes")
     weight = db["fp8"] if (f.fp8_param_gather and f.precision in FP8_PRECISIONS) else db["bf16"]
-    grad = db["fp32"] if f.main_grads_dtype == "fp32" else db["bf16"]
+    grad = grad_buffer_bytes(f)
     master = db["fp32"] if f.main_params_dtype == "fp32" else db["fp16"]
     if f.use_precision_aware_optimizer:
         moments = db[f.exp_avg_dtype] + db[f.exp_avg_sq_dtype]

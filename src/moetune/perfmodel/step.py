@@ -32,7 +32,7 @@ from moetune.perfmodel import flops as F
 from moetune.perfmodel import host as H
 from moetune.perfmodel import schedule as S
 from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
-from moetune.perfmodel.memory import cpu_offloaded_layer_bytes, state_bytes
+from moetune.perfmodel.memory import cpu_offloaded_layer_bytes, grad_buffer_bytes, state_bytes
 from moetune.perfmodel.params import layer_params
 from moetune.perfmodel.routing import expert_load, static_expert_shapes
 from moetune.perfmodel.uncertainty import Band, band_for
@@ -1054,7 +1054,7 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, per_mb_compute: 
     job = prof.job
     feat, sysm = job.features, job.system
     consts = eff.constants
-    grad_b = 4.0 if (feat.grad_reduce_in_fp32 and feat.main_grads_dtype == "fp32") else 2.0
+    grad_b = float(grad_buffer_bytes(feat))
     param_b = 1.0 if (feat.fp8_param_gather and feat.precision in ("fp8_cs", "fp8_delayed")) else 2.0
     st, edp, n_dense, rs, ag, buckets = _dp_collectives(tuple(prof.stages), job.gpus, job.layout, sysm.nvlink_domain,
                                                         r.nvlink_gbs, r.nic_gbs, grad_b, param_b,
