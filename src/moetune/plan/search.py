@@ -55,6 +55,7 @@ from moetune.perfmodel.memory import (
 )
 from moetune.perfmodel.schedule import pipeline_step
 from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_seconds
+from moetune.plan.ladder import ladder_cores
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
 from moetune.spec.features import Features
@@ -508,6 +509,8 @@ class Search:
         self.limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
         self.rec_opts = _recompute_options(req.model, req.max_recompute,
                                            str(req.fix["recompute"]) if "recompute" in req.fix else None)
+        #: per ladder option: whether every later option recomputes at least what it does (:meth:`ladder_rest_pruned`)
+        self._ladder_cores = ladder_cores(self.rec_opts)
         self.starts = starts if starts is not None else plan_starts(req)
         self.k = max(req.top, 1)
         self.eff = resolve_efficiency(req.efficiency)  # resolved once
@@ -602,7 +605,13 @@ class Search:
                 continue
             self.layer_offload(lp, mode)
             fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
-            for rank, rec in self.rec_opts:
+            for j, (rank, rec) in enumerate(self.rec_opts):
+                if (j and self.schedule_bound and self._ladder_cores[j] and len(self.best) >= self.k
+                        and self.ladder_rest_pruned(lp, mode, j, fitted)):
+                    # no variant left to fit can be recorded under this option or any later one: the rest of the
+                    # ladder would record nothing (its fit tests and option bounds are skipped)
+                    self.pruned_bound += 1
+                    break
                 if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
                     continue
                 if rank and len(self.best) >= self.k:
@@ -856,6 +865,44 @@ class Search:
             return b
 
         return bound
+
+    def ladder_rest_pruned(self, lp: LayoutPoint, mode: tuple[str, bool], j: int, fitted: set[tuple]) -> bool:
+        """Whether no variant the recompute ladder of a layout has still to fit can be recorded under option ``j`` or
+        any later one, so that :meth:`pass_2` may end the ladder before option ``j`` (it would record nothing).
+
+        Option ``j`` must recompute no more than any later option (:func:`moetune.plan.ladder.ladder_cores`). A
+        variant the ladder may still price has a (dispatcher, CUDA graphs) pair not in ``fitted`` (those fitted under a
+        lesser option are not priced again, :meth:`consider`) and one of the options ``j``..end. Its step time is at
+        least the :func:`_schedule_floor` of option ``j`` with its dispatcher: that of the job of option ``j`` with the
+        dispatcher where the recompute re-runs the EP dispatch and combine (:func:`_recomputes_dispatch`), else that
+        of option ``j``'s base job with the dispatcher's dispatch/combine seconds (:meth:`variant_bounds`, same proof),
+        without EP overlap where no later option allows it (:func:`_overlap_variants`). Proof: the floor bounds every
+        variant of option ``j`` with that dispatcher (:func:`_schedule_floor`), and a later option adds at least the
+        same recompute seconds to every stage (:mod:`moetune.plan.ladder`; float sums of the same non-negative terms
+        in another order differ by far less than the floor's relative 1e-9). A variant is recorded only when its step
+        is below its layout's best so far and at most the k-th best (:meth:`consider`); both only fall as the search
+        goes on, so a bound at least the first or above the second rules the variant out for the rest of the ladder.
+        """
+        req = self.req
+        rec = self.rec_opts[j][1]
+        rest = [r for _, r in self.rec_opts[j:]]
+        graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in _graph_variants(req, r)}
+        overlap = any(ov["overlap_moe_expert_parallel_comm"] for r in rest for ov in _overlap_variants(req, lp, r))
+        prev = self.best_by_layout.get(lp.key())
+        own = _recomputes_dispatch(rec)
+        for disp in _dispatcher_variants(req, lp):
+            dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
+            if all((*dk, *g) in fitted for g in graphs):
+                continue
+            if own:
+                res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
+                bound = _schedule_floor(res, [res], ep_overlap=overlap)
+            else:
+                bound = _schedule_floor(self.time_of(lp, self.features(mode, lp, rec)),
+                                        [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap)
+            if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
+                return False
+        return True
 
     def note_miss(self, over: float, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """A layout whose most memory-saving recompute does not fit (by ``over`` GiB): one of the closest misses
