@@ -70,6 +70,26 @@ def test_contained_recompute_adds_at_least_as_much_on_every_stage(lp, dispatcher
                 assert walls[j].stage_a2a == walls[i].stage_a2a
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([lp for lp in _DSV2_LAYOUTS + _QWEN_LAYOUTS if lp.ep > 1]))
+def test_stage_floor_less_recomputed_dispatch_does_not_depend_on_the_dispatcher(lp):
+    """What ``_schedule_floor(..., less=stage_rec_a2a)`` rests on: for every recompute option, a stage's floor less
+    its recomputed dispatch/combines is the same with every dispatcher (those seconds are >= 0, and > 0 only where the
+    recompute re-runs the dispatch), and without such recompute they are 0."""
+    req = _DSV2 if lp in _DSV2_LAYOUTS else _QWEN
+    search = P.Search(req)
+    mode = (req.precisions[0], False)
+    for _, rec in search.rec_opts:
+        got = []
+        for d in P._dispatcher_variants(req, lp):
+            w = T.estimate_walls(search.job_of(lp, search.features(mode, lp, {**rec, **d})))
+            assert all(x >= 0.0 for x in w.stage_rec_a2a)
+            assert any(w.stage_rec_a2a) == (P._recomputes_dispatch(rec) and any(w.stage_a2a))
+            got.append([f - r for f, r in zip(w.stage_floor, w.stage_rec_a2a, strict=True)])
+        for other in got[1:]:
+            assert other == pytest.approx(got[0], rel=1e-12)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from([lp for lp in _DSV2_LAYOUTS + _QWEN_LAYOUTS if lp.ep > 1] + _DSV2_LAYOUTS[::50]),
        st.integers(0, 10**6))

@@ -804,6 +804,7 @@ class LayerPrice:
     exp: float  #: expert GEMMs (fwd + bwd)
     host: float  #: host launch time
     sync: float  #: host syncs (dropless dispatch)
+    rec_a2a: float = 0.0  #: the recomputed EP dispatch/combines included in ``rec`` (full or ``moe`` recompute)
 
 
 @memo(maxsize=65536)
@@ -826,7 +827,7 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
                       a2a=4 * a2a_one, exp=3 * g_exp,
                       host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
                                           native_us=q.native_launch_us),
-                      sync=lt.launches.syncs * q.host_sync_us * 1e-6)
+                      sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
 
 
 @memo(maxsize=65536)
@@ -848,6 +849,8 @@ class StepWalls:
     #: per stage, the walls no feature variant shortens (compute, recompute, TP, CP), for the planner's bounds
     stage_floor: list[float]
     stage_a2a: list[float]  #: per stage, EP dispatch/combine seconds before any hiding (planner bounds)
+    #: per stage, the recomputed EP dispatch/combine seconds included in its ``stage_floor`` (planner bounds)
+    stage_rec_a2a: list[float]
     ep_overlap_eff: float  #: the ``ep_overlap_eff`` parameter the walls were priced with
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
@@ -926,7 +929,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     sharp = r.host_queue_sharpness
     host_exposed = H.host_exposed
     # per stage: (compute, recompute, comm_tp, comm_cp, comm_ep, host, gemm, attn, mem, EP dispatch/combine before
-    # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor)
+    # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor, the
+    # offload wall, the recomputed dispatch/combines inside recompute (planner bounds))
     stage_walls: list[tuple[float, ...]] = []
     done: dict[StageWork, tuple[float, ...]] = {}  # stages shared by object (identical work) are priced once
     for st in prof.stages:
@@ -935,7 +939,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             stage_walls.append(w)
             continue
         comp = rec = ctp = ccp = gemm = attn = mem = 0.0
-        exp_tot = 0.0
+        exp_tot = rec_a2a = 0.0
         host_gap = 0.0
         for key, n in st.layer_counts.items():
             p = priced[key]
@@ -944,6 +948,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             attn += n * p.attn
             mem += n * p.mem
             rec += n * p.rec
+            rec_a2a += n * p.rec_a2a
             ctp += n * p.tp
             ccp += n * p.cp
             exp_tot += n * p.exp
@@ -971,7 +976,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
                    if prof.offload_bytes and st.layers else 0.0)
         # the per-microbatch time: sum() of the walls in this order (the same additions as summing them by name)
         w = (comp, rec, ctp, ccp, ep_exp, host_gap, gemm, attn, mem, a2a_tot,
-             sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp)
+             sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp, rec_a2a)
         stage_walls.append(w)
         done[st] = w
     per_mb = [w[10] for w in stage_walls]
@@ -1004,6 +1009,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     detail = {"gemm": m * b_gemm, "attention": m * b_attn, "memory_bound": m * b_mem}
     return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
                      stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
+                     stage_rec_a2a=[w[13] for w in stage_walls],
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 

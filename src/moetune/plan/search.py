@@ -895,6 +895,13 @@ class Search:
             if all((*dk, *g) in fitted for g in graphs):
                 continue
             if own:
+                # first without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
+                # dispatch/combines, plus this dispatcher's (:func:`_schedule_floor`, ``less``)
+                base = self.time_of(lp, self.features(mode, lp, rec))
+                bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
+                                        less=base.stage_rec_a2a)
+                if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
+                    continue
                 res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
                 bound = _schedule_floor(res, [res], ep_overlap=overlap)
             else:
@@ -1135,7 +1142,8 @@ def variant_floor(t) -> float:
     return _walls_floor({w: t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS})
 
 
-def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_overlap: bool = True) -> float:
+def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_overlap: bool = True,
+                    less: list[float] | None = None) -> float:
     """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
     CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job and,
     optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``: anything with their
@@ -1155,9 +1163,14 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
     its own): without it a stage's exposed EP time is its whole ``stage_a2a`` (:func:`moetune.perfmodel.schedule.
     ep_exposed` returns the dispatch/combine time unchanged, and the flex dispatcher's SM share is charged only
     under overlap, :func:`moetune.perfmodel.step.evaluate`), so the factor is 1 instead of (1 - ep_overlap_eff).
+
+    ``less`` (per stage, >= 0) is taken off each stage's floor first: with ``res.stage_rec_a2a`` (the recomputed
+    dispatch/combines of ``res``'s dispatcher) the floor bounds the variants of ``res``'s recompute option with any
+    dispatcher - theirs are >= 0, and the rest of the stage floor does not depend on the dispatcher. Taking off a
+    part of a float sum leaves an error of the order of the sum's last bit, far below the relative 1e-9.
     """
     m, pp, vpp = res.schedule
-    per_stage = res.stage_floor
+    per_stage = res.stage_floor if less is None else [x - y for x, y in zip(res.stage_floor, less, strict=True)]
     if by_dispatcher:
         keep = min(max(1.0 - res.ep_overlap_eff, 0.0), 1.0) if ep_overlap else 1.0
         per_stage = [x + keep * min(d.stage_a2a[p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
