@@ -1,6 +1,7 @@
-"""The bound that ends a layout's recompute ladder early (Search.ladder_rest_pruned, moetune.plan.ladder) is sound: the
-options it calls contained recompute at least as much on every stage, its bound never exceeds the step time of a
-variant of the rest of the ladder, and plans with and without it are the same."""
+"""The bounds that end a layout's retuning early are sound: the recompute ladder's (Search.ladder_rest_pruned,
+moetune.plan.ladder: the options it calls contained recompute at least as much on every stage, its bound never exceeds
+the step time of a variant of the rest of the ladder) and layer-level CPU offloading's (Search.offload_pruned); plans
+with and without them are the same."""
 
 from __future__ import annotations
 
@@ -154,4 +155,62 @@ def test_plans_with_and_without_the_ladder_bound_agree(kw, monkeypatch):
     monkeypatch.setattr(P.Search, "ladder_rest_pruned", spy)
     want = P.Search(req).run()
     assert _summary(got) == _summary(want)
+    assert calls and any(calls)
+
+
+_OFFLOAD = _req("Qwen3-30B-A3B", 8, 128)
+_PP1 = [lp for lp in enumerate_layouts(_OFFLOAD.model, _OFFLOAD.system, 8, 128, 4096, SpaceLimits()) if lp.pp == 1]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_PP1))
+def test_offload_bound_never_prunes_a_recordable_variant(lp):
+    """Where Search.offload_pruned rules the layer-offloading variants out (the k-th best and the layout's best so far
+    set around the bound), no variant Search.layer_offload could price - any offloaded layer count of the eighths,
+    dispatcher, EP overlap, CUDA graphs - could be recorded; and the exposed copies grow with the offloaded layers."""
+    req = _OFFLOAD
+    search = P.Search(req)
+    mode = (req.precisions[0], False)
+    none = search.rec_opts[0][1]
+    nl = req.model.num_layers
+    counts = sorted({min(max(1, -(-k * nl // 8)), nl - 1) for k in P.LAYER_OFFLOAD_EIGHTHS})
+    steps, copies = [], []
+    for n in counts:
+        extra = {"cpu_offloading": True, "cpu_offloading_num_layers": n}
+        copies.append(T.estimate_walls(search.job_of(lp, search.features(mode, lp, {**none, **extra}))).stage_offload)
+        for d in P._dispatcher_variants(req, lp):
+            for g in P._graph_variants(req, none):
+                for ov in P._overlap_variants(req, lp, none):
+                    job = search.job_of(lp, search.features(mode, lp, {**none, **extra, **d, **ov, **g}))
+                    steps.append(T.estimate_time(job).step_time_s)
+    assert all(b >= a for x, y in zip(copies, copies[1:], strict=False) for a, b in zip(x, y, strict=True))
+    upd = {**none, "cpu_offloading": True, "cpu_offloading_num_layers": counts[0]}
+    pruned = 0
+    for kth in sorted(steps)[:: max(1, len(steps) // 4)] + [min(steps) * 0.9, 0.0]:
+        for prev in (None, kth * 0.97, kth * 1.3):
+            search.kth_best = lambda kth=kth: kth
+            search.best_by_layout = {} if prev is None else {lp.key(): _Best(prev)}
+            if search.offload_pruned(lp, mode, upd):
+                pruned += 1
+                assert all(s > kth or (prev is not None and s >= prev) for s in steps)
+    assert pruned  # with a k-th best of 0 s the bound rules every variant out
+
+
+def test_plans_with_and_without_the_offload_bound_agree(monkeypatch):
+    """Plans where the layer-offloading bound skips layouts are those that price their offloading variants."""
+    from tests.test_plan_fastpath import _summary
+
+    req = P.PlanRequest(model=get_model("Qwen3-30B-A3B"), system=get_system("DGX-H100"), gpus=16,
+                        global_batch_size=1024, seq_length=4096, top=3)
+    calls = []
+    real = P.Search.offload_pruned
+
+    def spy(self, *a):
+        calls.append(real(self, *a))
+        return calls[-1]
+
+    monkeypatch.setattr(P.Search, "offload_pruned", spy)
+    got = P.Search(req).run()
+    monkeypatch.setattr(P.Search, "offload_pruned", lambda self, *a: False)
+    assert _summary(P.Search(req).run()) == _summary(got)
     assert calls and any(calls)

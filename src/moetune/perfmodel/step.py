@@ -851,6 +851,8 @@ class StepWalls:
     stage_a2a: list[float]  #: per stage, EP dispatch/combine seconds before any hiding (planner bounds)
     #: per stage, the recomputed EP dispatch/combine seconds included in its ``stage_floor`` (planner bounds)
     stage_rec_a2a: list[float]
+    #: per stage, the exposed host-copy seconds of layer-level CPU offloading (not in ``stage_floor``; planner bounds)
+    stage_offload: list[float]
     ep_overlap_eff: float  #: the ``ep_overlap_eff`` parameter the walls were priced with
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
@@ -1009,7 +1011,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     detail = {"gemm": m * b_gemm, "attention": m * b_attn, "memory_bound": m * b_mem}
     return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
                      stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
-                     stage_rec_a2a=[w[13] for w in stage_walls],
+                     stage_rec_a2a=[w[13] for w in stage_walls], stage_offload=[w[12] for w in stage_walls],
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 

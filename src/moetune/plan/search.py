@@ -651,9 +651,14 @@ class Search:
             return
         nl = req.model.num_layers
         host_gb = req.system.host_memory_gb_per_gpu  # the offloaded activations live in (pinned) host memory
+        counts = [min(max(1, -(-k * nl // 8)), nl - 1) for k in LAYER_OFFLOAD_EIGHTHS]  # non-decreasing
+        if (counts and counts[0] >= 1 and self.schedule_bound and len(self.best) >= self.k
+                and self.offload_pruned(lp, mode, {**none, "cpu_offloading": True,
+                                                   "cpu_offloading_num_layers": counts[0]})):
+            self.pruned_bound += 1
+            return
         tried: set[int] = set()
-        for k in LAYER_OFFLOAD_EIGHTHS:
-            n = min(max(1, -(-k * nl // 8)), nl - 1)
+        for n in counts:
             if n in tried or n < 1:
                 continue
             tried.add(n)
@@ -664,6 +669,28 @@ class Search:
             if self.fits(lp, feats):
                 self.consider(lp, mode, 1, none, extra)
                 return
+
+    def offload_pruned(self, lp: LayoutPoint, mode: tuple[str, bool], upd: dict) -> bool:
+        """Whether no variant :meth:`layer_offload` could price can be recorded, from the job ``upd`` (no recompute,
+        the fewest layers it offloads, base features). Each variant's step time is at least the :func:`_schedule_floor`
+        of that job with its dispatcher's dispatch/combine seconds (without EP overlap where the layout allows none)
+        plus, per stage, the exposed offload copies of that job (``more=stage_offload``). Proof: EP overlap, delayed
+        wgrad, CUDA graphs and the dispatcher leave a stage's compute, TP and CP walls unchanged (:func:`_schedule_floor`)
+        and so the copies' exposed time too (:func:`moetune.perfmodel.schedule.offload_exposed` of the same layer time,
+        and of the saved bytes of the offloaded layers, which no dispatcher or graph scope changes); offloading more
+        layers copies a superset of the bytes behind a window of L // N layers that does not grow, so every term of the
+        exposed time is at least as large. A variant is recorded only below its layout's best so far and at most at
+        the k-th best (:meth:`consider`)."""
+        req = self.req
+        res = self.time_of(lp, self.features(mode, lp, upd))
+        overlap = any(ov["overlap_moe_expert_parallel_comm"] for ov in _overlap_variants(req, lp, upd))
+        prev = self.best_by_layout.get(lp.key())
+        for disp in _dispatcher_variants(req, lp):
+            bound = _schedule_floor(res, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
+                                    more=res.stage_offload)
+            if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
+                return False
+        return True
 
     def offload_pass(self) -> None:
         """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256
@@ -1143,7 +1170,7 @@ def variant_floor(t) -> float:
 
 
 def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_overlap: bool = True,
-                    less: list[float] | None = None) -> float:
+                    less: list[float] | None = None, more: list[float] | None = None) -> float:
     """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
     CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job and,
     optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``: anything with their
@@ -1168,9 +1195,15 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
     dispatch/combines of ``res``'s dispatcher) the floor bounds the variants of ``res``'s recompute option with any
     dispatcher - theirs are >= 0, and the rest of the stage floor does not depend on the dispatcher. Taking off a
     part of a float sum leaves an error of the order of the sum's last bit, far below the relative 1e-9.
+
+    ``more`` (per stage, >= 0) is added to each stage's floor: seconds that every variant bounded adds to the stage's
+    per-microbatch time besides the floor and the EP time, such as the exposed host copies of layer-level CPU
+    offloading (``res.stage_offload``, a term of the per-microbatch time in :func:`moetune.perfmodel.step.evaluate`).
     """
     m, pp, vpp = res.schedule
     per_stage = res.stage_floor if less is None else [x - y for x, y in zip(res.stage_floor, less, strict=True)]
+    if more is not None:
+        per_stage = [x + y for x, y in zip(per_stage, more, strict=True)]
     if by_dispatcher:
         keep = min(max(1.0 - res.ep_overlap_eff, 0.0), 1.0) if ep_overlap else 1.0
         per_stage = [x + keep * min(d.stage_a2a[p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
