@@ -853,6 +853,9 @@ class StepWalls:
     stage_rec_a2a: list[float]
     #: per stage, the exposed host-copy seconds of layer-level CPU offloading (not in ``stage_floor``; planner bounds)
     stage_offload: list[float]
+    #: per stage, the most compute EP overlap can hide the dispatch/combine behind: the stage's compute plus a third of
+    #: its expert GEMMs (the partner of :func:`moetune.perfmodel.schedule.ep_exposed` with delayed wgrad; planner bounds)
+    stage_partner: list[float]
     ep_overlap_eff: float  #: the ``ep_overlap_eff`` parameter the walls were priced with
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
@@ -932,7 +935,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     host_exposed = H.host_exposed
     # per stage: (compute, recompute, comm_tp, comm_cp, comm_ep, host, gemm, attn, mem, EP dispatch/combine before
     # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor, the
-    # offload wall, the recomputed dispatch/combines inside recompute (planner bounds))
+    # offload wall, the recomputed dispatch/combines inside recompute and the largest EP-overlap partner (planner
+    # bounds))
     stage_walls: list[tuple[float, ...]] = []
     done: dict[StageWork, tuple[float, ...]] = {}  # stages shared by object (identical work) are priced once
     for st in prof.stages:
@@ -978,7 +982,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
                    if prof.offload_bytes and st.layers else 0.0)
         # the per-microbatch time: sum() of the walls in this order (the same additions as summing them by name)
         w = (comp, rec, ctp, ccp, ep_exp, host_gap, gemm, attn, mem, a2a_tot,
-             sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp, rec_a2a)
+             sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp, rec_a2a,
+             comp + exp_tot / 3.0)
         stage_walls.append(w)
         done[st] = w
     per_mb = [w[10] for w in stage_walls]
@@ -1012,6 +1017,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
                      stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
                      stage_rec_a2a=[w[13] for w in stage_walls], stage_offload=[w[12] for w in stage_walls],
+                     stage_partner=[w[14] for w in stage_walls],
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 

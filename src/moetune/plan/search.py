@@ -582,7 +582,7 @@ class Search:
 
     def pass_2(self) -> None:
         """Best-first by the variant floor: fit recompute (least first) and price the variants of each layout."""
-        floor_rank, floor_rec = self.rec_opts[-1]
+        floor_rec = self.rec_opts[-1][1]
         queue = sorted(self.queue, key=lambda x: (x[0], x[1]))
         for i, (floor, _, lp, mode, sched_floor) in enumerate(queue):
             report(i, len(queue), "layouts")
@@ -603,34 +603,40 @@ class Search:
                 self.pruned_mem += 1
                 self.note_miss(over, lp, mode)
                 continue
-            self.layer_offload(lp, mode)
-            fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
-            for j, (rank, rec) in enumerate(self.rec_opts):
-                if (j and self.schedule_bound and self._ladder_cores[j] and len(self.best) >= self.k
-                        and self.ladder_rest_pruned(lp, mode, j, fitted)):
-                    # no variant left to fit can be recorded under this option or any later one: the rest of the
-                    # ladder would record nothing (its fit tests and option bounds are skipped)
+            self.retune(lp, mode)
+
+    def retune(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
+        """Retune a layout whose floor fits: layer-level CPU offloading where it applies (:meth:`layer_offload`), then
+        the recompute ladder, least recompute first (module docstring step 2)."""
+        floor_rank = self.rec_opts[-1][0]
+        self.layer_offload(lp, mode)
+        fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
+        for j, (rank, rec) in enumerate(self.rec_opts):
+            if (j and self.schedule_bound and self._ladder_cores[j] and len(self.best) >= self.k
+                    and self.ladder_rest_pruned(lp, mode, j, fitted)):
+                # no variant left to fit can be recorded under this option or any later one: the rest of the
+                # ladder would record nothing (its fit tests and option bounds are skipped)
+                self.pruned_bound += 1
+                break
+            if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
+                continue
+            if rank and len(self.best) >= self.k:
+                # recompute adds to the invariant walls: re-bound before pricing this layout's variants
+                if self.option_floor(lp, mode, rec) > self.kth_best():
                     self.pruned_bound += 1
                     break
-                if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
-                    continue
-                if rank and len(self.best) >= self.k:
-                    # recompute adds to the invariant walls: re-bound before pricing this layout's variants
-                    if self.option_floor(lp, mode, rec) > self.kth_best():
-                        self.pruned_bound += 1
+                if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
+                    # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
+                    # on exactly as after pricing them: it stops once every variant has fitted
+                    self.pruned_bound += 1
+                    if self.consider(lp, mode, rank, rec, dry=True, fitted=fitted) == ALL_FIT:
                         break
-                    if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
-                        # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
-                        # on exactly as after pricing them: it stops once every variant has fitted
-                        self.pruned_bound += 1
-                        if self.consider(lp, mode, rank, rec, dry=True, fitted=fitted) == ALL_FIT:
-                            break
-                        continue
-                if self.consider(lp, mode, rank, rec, fitted=fitted) == ALL_FIT:
-                    # every variant has its least recompute that fits. While some variant (CUDA graphs, another
-                    # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
-                    # can make room for a feature that saves more than the recompute costs
-                    break
+                    continue
+            if self.consider(lp, mode, rank, rec, fitted=fitted) == ALL_FIT:
+                # every variant has its least recompute that fits. While some variant (CUDA graphs, another
+                # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
+                # can make room for a feature that saves more than the recompute costs
+                break
 
     def layer_offload(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """Layer-level CPU activation offloading as the alternative to recompute of a PP-1 layout that does not fit
@@ -1179,9 +1185,14 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
     Proof: a stage's compute, TP and CP walls do not change under these variants and recompute only adds
     (:data:`VARIANT_INVARIANT_WALLS`), so every stage's per-microbatch time is at least its ``stage_floor`` plus its
     exposed EP time (host time is >= 0). The exposed EP time of a stage (:func:`moetune.perfmodel.schedule.ep_exposed`
-    plus the flex dispatcher's SM share, >= 0) is at least (1 - ep_overlap_eff) x its dispatch/combine time
-    ``stage_a2a``, which depends only on the dispatcher (bytes and rates; not on overlap, graphs or recompute): the
-    minimum over the dispatchers bounds every variant (without ``by_dispatcher`` the EP term is 0). The slowest
+    plus the flex dispatcher's SM share, >= 0) is at least its dispatch/combine time ``stage_a2a`` = A less
+    ep_overlap_eff x min(A, P), where P is the most compute the overlap can hide it behind (``stage_partner``: the
+    stage's compute plus a third of its expert GEMMs, the partner with delayed wgrad; ``ep_exposed`` hides
+    ep_overlap_eff x min(A, partner) x (1 - 1/m) at most); for ep_overlap_eff <= 1 that is non-decreasing in A and at
+    least (1 - ep_overlap_eff) x A (above 1 the EP term is 0). A depends only on the dispatcher (bytes and rates; not on
+    overlap, graphs or recompute) and P on none of these variants (compute and expert GEMMs are variant-invariant,
+    :data:`VARIANT_INVARIANT_WALLS`): the term at the least A over the dispatchers bounds every variant (without
+    ``by_dispatcher`` the EP term is 0). The slowest
     stage's time S_max is then at least the maximum over stages of these sums. The step is the steady state plus the
     bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and the
     optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
@@ -1205,8 +1216,12 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
     if more is not None:
         per_stage = [x + y for x, y in zip(per_stage, more, strict=True)]
     if by_dispatcher:
-        keep = min(max(1.0 - res.ep_overlap_eff, 0.0), 1.0) if ep_overlap else 1.0
-        per_stage = [x + keep * min(d.stage_a2a[p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
+        eff = res.ep_overlap_eff if ep_overlap else 0.0
+        if eff <= 1.0:
+            eff = max(eff, 0.0)
+            least = [min(d.stage_a2a[p] for d in by_dispatcher) for p in range(len(per_stage))]
+            per_stage = [x + (a - eff * min(a, part)) for x, a, part in zip(per_stage, least, res.stage_partner,
+                                                                          strict=True)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
     return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"]) * (1.0 - 1e-9)
 
