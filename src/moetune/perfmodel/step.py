@@ -856,6 +856,10 @@ class StepWalls:
     #: per stage, the most compute EP overlap can hide the dispatch/combine behind: the stage's compute plus a third of
     #: its expert GEMMs (the partner of :func:`moetune.perfmodel.schedule.ep_exposed` with delayed wgrad; planner bounds)
     stage_partner: list[float]
+    #: SM share of the dispatcher's kernels (charged on the hidden EP time under EP overlap; planner bounds)
+    sm_frac: float
+    #: the once-per-step host time inside ``walls["host"]`` (:func:`_step_host`; planner bounds)
+    step_host: float
     ep_overlap_eff: float  #: the ``ep_overlap_eff`` parameter the walls were priced with
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
@@ -910,9 +914,14 @@ def stage_a2a_seconds(job: Job, efficiency: Efficiency | None = None) -> list[fl
     """``estimate_walls(job).stage_a2a`` (the same values, one implementation: :func:`_stage_a2a` of the prices of
     :func:`_layer_prices`) without the rest of :func:`evaluate`: what the planner's EP bound reads of the base job
     with another dispatcher."""
+    return stage_a2a_and_sm(job, efficiency)[0]
+
+
+def stage_a2a_and_sm(job: Job, efficiency: Efficiency | None = None) -> tuple[list[float], float]:
+    """:func:`stage_a2a_seconds` and the SM share of the job's dispatcher kernels (``StepWalls.sm_frac``)."""
     eff = resolve_efficiency(efficiency)
     prof = build_profile(job, eff)
-    _, _, priced = _layer_prices(prof, eff)
+    _, sm_frac, priced = _layer_prices(prof, eff)
     done: dict[StageWork, float] = {}
     out = []
     for st in prof.stages:
@@ -920,7 +929,7 @@ def stage_a2a_seconds(job: Job, efficiency: Efficiency | None = None) -> list[fl
         if a is None:
             a = done[st] = _stage_a2a(st, priced)
         out.append(a)
-    return out
+    return out, sm_frac
 
 
 def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
@@ -1017,7 +1026,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
                      stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
                      stage_rec_a2a=[w[13] for w in stage_walls], stage_offload=[w[12] for w in stage_walls],
-                     stage_partner=[w[14] for w in stage_walls],
+                     stage_partner=[w[14] for w in stage_walls], sm_frac=sm_frac, step_host=step_host,
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 

@@ -53,8 +53,8 @@ from moetune.perfmodel.memory import (
     reserved_peaks,
     weight_and_optimizer_bytes,
 )
-from moetune.perfmodel.schedule import pipeline_step
-from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_seconds
+from moetune.perfmodel.schedule import pipeline_step, sm_contention
+from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_and_sm
 from moetune.plan.ladder import ladder_cores
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
@@ -445,6 +445,7 @@ class _StageA2A(NamedTuple):
     """What :func:`_schedule_floor` reads of a dispatcher's estimate: per stage, its EP dispatch/combine seconds."""
 
     stage_a2a: list[float]
+    sm_frac: float  #: SM share of the dispatcher's kernels
 
 
 class SharedBound:
@@ -1007,7 +1008,7 @@ class Search:
         if got is None:
             got = self._a2a_cache.get(key)
             if got is None:
-                got = self._a2a_cache[key] = _StageA2A(stage_a2a_seconds(self.job_of(lp, feats), self.eff))
+                got = self._a2a_cache[key] = _StageA2A(*stage_a2a_and_sm(self.job_of(lp, feats), self.eff))
         return got
 
     def mem_key(self, lp: LayoutPoint, feats: Features) -> tuple:
@@ -1186,16 +1187,19 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
     (:data:`VARIANT_INVARIANT_WALLS`), so every stage's per-microbatch time is at least its ``stage_floor`` plus its
     exposed EP time (host time is >= 0). The exposed EP time of a stage (:func:`moetune.perfmodel.schedule.ep_exposed`
     plus the flex dispatcher's SM share, >= 0) is at least its dispatch/combine time ``stage_a2a`` = A less
-    ep_overlap_eff x min(A, P), where P is the most compute the overlap can hide it behind (``stage_partner``: the
-    stage's compute plus a third of its expert GEMMs, the partner with delayed wgrad; ``ep_exposed`` hides
-    ep_overlap_eff x min(A, partner) x (1 - 1/m) at most); for ep_overlap_eff <= 1 that is non-decreasing in A and at
-    least (1 - ep_overlap_eff) x A (above 1 the EP term is 0). A depends only on the dispatcher (bytes and rates; not on
-    overlap, graphs or recompute) and P on none of these variants (compute and expert GEMMs are variant-invariant,
-    :data:`VARIANT_INVARIANT_WALLS`): the term at the least A over the dispatchers bounds every variant (without
-    ``by_dispatcher`` the EP term is 0). The slowest
+    H + ``sm_contention``(H, s), H = ep_overlap_eff x min(A, P) x (1 - 1/m), P the most compute the overlap can hide
+    it behind (``stage_partner``: the stage's compute plus a third of its expert GEMMs, the partner with delayed
+    wgrad) and s the dispatcher's SM share (``sm_frac``): ``ep_exposed`` hides ep_overlap_eff x min(A, partner) x
+    (1 - 1/m) = h <= H, and the exposed time A - h + sm_contention(h, s) falls as h grows where sm_contention(1, s)
+    <= 1 (else it is at least A, the term taken then; with ep_overlap_eff outside [0, 1] the term is 0). A and s depend
+    only on the dispatcher (bytes and rates; not on overlap, graphs or recompute) and P on none of these variants
+    (compute and expert GEMMs are variant-invariant, :data:`VARIANT_INVARIANT_WALLS`): the least term over the
+    dispatchers bounds every variant (without ``by_dispatcher`` the EP term is 0). The slowest
     stage's time S_max is then at least the maximum over stages of these sums. The step is the steady state plus the
-    bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and the
-    optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
+    bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv, the
+    optimizer step and the once-per-step host time (``step_host``: the optimizer's launches against its GPU time, on
+    the rank with the most parameter tensors; all variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is
+    taken off for rounding.
 
     ``ep_overlap=False`` bounds only the variants without EP overlap (:meth:`Search.consider` bounds each variant by
     its own): without it a stage's exposed EP time is its whole ``stage_a2a`` (:func:`moetune.perfmodel.schedule.
@@ -1217,13 +1221,22 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
         per_stage = [x + y for x, y in zip(per_stage, more, strict=True)]
     if by_dispatcher:
         eff = res.ep_overlap_eff if ep_overlap else 0.0
-        if eff <= 1.0:
-            eff = max(eff, 0.0)
-            least = [min(d.stage_a2a[p] for d in by_dispatcher) for p in range(len(per_stage))]
-            per_stage = [x + (a - eff * min(a, part)) for x, a, part in zip(per_stage, least, res.stage_partner,
-                                                                          strict=True)]
+        if 0.0 <= eff <= 1.0:
+            late = 1 - 1 / max(m, 1)
+            per_stage = [x + min(_ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], res.stage_partner[p]) * late,
+                                          d.sm_frac if ep_overlap else 0.0) for d in by_dispatcher)
+                         for p, x in enumerate(per_stage)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
-    return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"]) * (1.0 - 1e-9)
+    return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"] + res.step_host) * (1.0 - 1e-9)
+
+
+def _ep_term(a2a: float, hidden: float, sm_frac: float) -> float:
+    """The least exposed EP time of :func:`_schedule_floor`: ``a2a`` less at most ``hidden`` seconds hidden, plus
+    the SM contention charged on what is hidden (:func:`moetune.perfmodel.schedule.sm_contention`) where that falls
+    as more is hidden, else ``a2a``."""
+    if sm_contention(1.0, sm_frac) <= 1.0:
+        return a2a - hidden + sm_contention(hidden, sm_frac)
+    return a2a
 
 
 def _recomputes_dispatch(rec: dict) -> bool:
