@@ -27,6 +27,12 @@ CASES = {
         cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess")),
         ["hybridep", "--fp8-recipe", "mxfp8", "--fp8-format", "e4m3", "--cuda-graph-impl", "transformer_engine",
          "moe_preprocess", "--te-rng-tracker"]),
+    "full_iteration_rank_capacity_paged_stash": ("GB200-NVL72", dict(tp=1, pp=2, vpp=2, ep=8), dict(
+        precision="mxfp8", moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep",
+        cuda_graph_impl="local", cuda_graph_scope=("full_iteration",), moe_expert_rank_capacity_factor=1.5,
+        moe_paged_stash=True),
+        ["--cuda-graph-impl", "full_iteration", "--moe-expert-rank-capacity-factor", "1.5", "--moe-paged-stash",
+         "--use-transformer-engine-op-fuser", "--no-check-for-nan-in-loss-and-grad"]),
     "full_recompute_fp8_cs": ("DGX-B200", dict(tp=2, pp=1, ep=8), dict(
         precision="fp8_cs", recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
         first_last_layers_bf16=True, fp8_param_gather=True),

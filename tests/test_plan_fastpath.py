@@ -34,7 +34,7 @@ def _variants(req: P.PlanRequest, lp, fsdp: bool = False) -> list:
     out = []
     for _, rec in P._recompute_options(req.model, req.max_recompute):
         for disp in P._dispatcher_variants(req, lp):
-            for gr in P._graph_variants(req, rec):
+            for gr in P._graph_variants(req, rec, disp):
                 for ov in P._overlap_variants(req, lp, rec):
                     out.append(P._job(req, lp, base.model_copy(update={**rec, **disp, **ov, **gr})))
     return out
@@ -339,7 +339,7 @@ def test_variant_bound_never_exceeds_a_variant(lp):
     for _, rec in P._recompute_options(req.model, req.max_recompute):
         bound = search.variant_bounds(lp, mode, rec)
         for disp in P._dispatcher_variants(req, lp):
-            for gr in P._graph_variants(req, rec):
+            for gr in P._graph_variants(req, rec, disp):
                 for ov in P._overlap_variants(req, lp, rec):
                     job = P._job(req, lp, search.features(mode, lp, {**rec, **disp, **ov, **gr}))
                     assert bound(disp, ov) <= T.estimate_time(job).step_time_s
@@ -355,7 +355,7 @@ def test_recompute_option_floor_never_exceeds_a_variant(lp):
     mode = (req.precisions[0], False)
     for _, rec in P._recompute_options(req.model, req.max_recompute):
         steps = sorted(T.estimate_time(P._job(req, lp, search.features(mode, lp, {**rec, **disp, **ov, **gr})))
-                       .step_time_s for disp in P._dispatcher_variants(req, lp) for gr in P._graph_variants(req, rec)
+                       .step_time_s for disp in P._dispatcher_variants(req, lp) for gr in P._graph_variants(req, rec, disp)
                        for ov in P._overlap_variants(req, lp, rec))
         for kth in (steps[0] * 0.999, steps[0], steps[-1], float("inf")):
             search.kth_best = lambda kth=kth: kth

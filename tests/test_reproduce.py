@@ -40,6 +40,8 @@ REQUESTS = [
     ("Qwen3-30B-A3B", "DGX-B200", 8, 256, 4096, ("--precision", "fp8_cs,bf16")),
     ("Qwen3-30B-A3B", "GB200-NVL72", 8, 512, 4096, ("--fix", "dispatcher=hybridep")),
     ("Qwen3-30B-A3B", "DGX-H100", 16, 512, 4096, ("--fix", "pp=2,recompute=full")),
+    # whole-iteration graphs of a dropless MoE: HybridEP with the rank capacity factor and paged stash
+    ("Qwen3-30B-A3B", "GB200-NVL72", 8, 512, 4096, ("--fix", "dispatcher=hybridep,cuda_graph_scope=full_iteration")),
     ("Qwen3-30B-A3B", "DGX-H100", 16, 512, 4096, ("--fix", "cuda_graph_scope=attn+moe_router+moe_preprocess")),
     ("Qwen3-30B-A3B", "DGX-H100", 16, 1024, 4096, ("--recipe", "qwen3_30b_a3b_pretrain_16gpu_h100_bf16_config")),
     ("Qwen3-30B-A3B", "DGX-H100", 16, 1024, 4096, ("--recipe", "none")),

@@ -377,3 +377,12 @@ def test_rule_triggers_and_fix_resolves(rule_id):
     res2 = check_config(fixed, env)
     assert rule_id not in {x.id for x in res2.findings if x.is_error or x.severity == "depends-on-environment"}, (
         f"fix {f.fix} did not resolve {rule_id}")
+
+
+def test_moe044_accepts_the_op_fuser_or_grouped_tensors_with_hybridep():
+    """Megatron-Core ``TransformerConfig.__post_init__``: a rank capacity factor with HybridEP needs
+    ``use_transformer_engine_op_fuser`` or ``moe_use_grouped_tensor``; either one passes, neither is MOE-044."""
+    base = {**FLEX, "model.moe_flex_dispatcher_backend": "hybridep", "model.moe_expert_rank_capacity_factor": 1.5}
+    assert "MOE-044" in _ids(check_config(_cfg(base), _env({"gpu": "gb200"})))
+    for extra in ({"model.use_transformer_engine_op_fuser": True}, {"model.moe_use_grouped_tensor": True}):
+        assert "MOE-044" not in _ids(check_config(_cfg({**base, **extra}), _env({"gpu": "gb200"}))), extra

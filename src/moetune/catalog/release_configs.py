@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from moetune.catalog.memory_constants import const
 from moetune.catalog.recipes import name_key
 from moetune.memo import memo
 
@@ -113,7 +114,8 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
     """Features updates of a preset (overrides.py semantics) and notes: CUDA graphs as set (unset = none); the flex
     dispatcher with its backend where the commit's device gate admits the GPU, else the Bridge MoE providers'
     ``alltoall``; ``moe_a2a_overlap`` = EP overlap + delayed wgrad; ``recompute_modules`` = selective,
-    ``recompute_num_layers`` = full / block; ``cpu_offloading_num_layers``; fine-grained activation offloading of
+    ``recompute_num_layers`` = full / block; a full-iteration graph with HybridEP adds the rank capacity factor and
+    paged stash of Bridge's ``set_full_iter_cg_configs``; ``cpu_offloading_num_layers``; fine-grained activation offloading of
     ``offload_modules``; Megatron-FSDP."""
     f = p.fields
     upd: dict[str, Any] = {}
@@ -136,6 +138,13 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
         upd.update(moe_token_dispatcher_type="alltoall", moe_flex_dispatcher_backend=None)
         if backend:
             notes.append(f"{backend} not applied on {gpu_name} at that commit (device gate): alltoall")
+    # Bridge's set_full_iter_cg_configs (26.06 presets): a whole-iteration graph of a HybridEP MoE runs with the
+    # static rank capacity budget and the paged stash (catalog memory.yaml full_iteration_moe_recipe); other presets
+    # leave both unset
+    full_moe = upd["cuda_graph_scope"] == ("full_iteration",) and upd["moe_flex_dispatcher_backend"] == "hybridep"
+    companions = const("full_iteration_moe_recipe")
+    upd.update(moe_expert_rank_capacity_factor=companions["moe_expert_rank_capacity_factor"] if full_moe else None,
+               moe_paged_stash=bool(companions["moe_paged_stash"]) if full_moe else False)
     on = bool(f.get("moe_a2a_overlap"))
     upd.update(overlap_moe_expert_parallel_comm=on, delay_wgrad_compute=on)
     if f.get("recompute_num_layers") is not None:

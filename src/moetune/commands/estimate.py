@@ -212,6 +212,11 @@ def register(app: typer.Typer) -> None:
                                                          "(CPU-offload the first N layers), or none")] = None,
         cuda_graph_scope: Annotated[str | None, typer.Option("--cuda-graph-scope",
                                                              help="attn,moe_router,... or none")] = None,
+        rank_capacity_factor: Annotated[str | None, typer.Option(
+            "--rank-capacity-factor", help="HybridEP static per-rank token budget over the mean (e.g. 1.5), or none")
+                                        ] = None,
+        paged_stash: Annotated[bool | None, typer.Option("--paged-stash/--no-paged-stash",
+                                                         help="moe_paged_stash (needs a rank capacity factor)")] = None,
         optimizer_offload: Annotated[float | None, typer.Option(help="optimizer CPU offload fraction")] = None,
         expandable_segments: Annotated[bool | None, typer.Option("--expandable-segments/--no-expandable-segments")
                                        ] = None,
@@ -236,7 +241,7 @@ def register(app: typer.Typer) -> None:
             account_loss=account_for_loss_in_pipeline_split, fsdp=fsdp,
             dispatcher=dispatcher, ep_overlap=ep_overlap, delay_wgrad=delay_wgrad, tp_comm_overlap=tp_comm_overlap,
             recompute=recompute, offload=offload_modules, cuda_graph_scope=cuda_graph_scope,
-            optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
+            rank_capacity_factor=rank_capacity_factor, paged_stash=paged_stash, optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
             force_balance=force_balance, routing_imbalance=routing_imbalance)
         job, est, suggestions, tim, flops = run_estimate(
             fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides, explain=explain,

@@ -243,6 +243,9 @@ def _render(out: dict[str, Any]) -> None:
             parts.append("EP overlap" + (" + delayed wgrad" if f.get("delay_wgrad_compute") else ""))
         if f.get("cuda_graph_scope"):
             parts.append("graphs " + ",".join(f["cuda_graph_scope"]))
+        if f.get("moe_expert_rank_capacity_factor") is not None:
+            parts.append(f"rank capacity {f['moe_expert_rank_capacity_factor']:g}"
+                         + (" + paged stash" if f.get("moe_paged_stash") else ""))
         if f.get("fine_grained_activation_offloading") or f.get("optimizer_cpu_offload"):
             parts.append("offload")
         band = tm.get("band")

@@ -34,7 +34,7 @@ import numpy as np
 
 from moetune.evidence.logs import RunRecord, Signal, read_run
 from moetune.evidence.logs.model import FLAG_PROFILED
-from moetune.evidence.steady import loss_health, steady_window
+from moetune.evidence.steady import loss_health, nan_as_zero, steady_window
 
 KINDS = (
     "oom",
@@ -669,12 +669,55 @@ def _iteration_evidence(rec: RunRecord, idx: Iterable[int], describe) -> list[Ev
     return out
 
 
-def _loss_findings(rec: RunRecord) -> list[Finding]:
+def loss_spikes(vals: np.ndarray, *, prefilter: bool = True) -> list[tuple[int, float]]:
+    """Loss spikes in the finite losses ``vals`` (in iteration order): ``(index j, reference)`` for each ``vals[j]``
+    above the median of the up to ``LOSS_SPIKE_HISTORY`` values before it by ``LOSS_SPIKE_REL`` and by
+    ``LOSS_SPIKE_MADS`` robust SDs (the median absolute deviation, at least 1e-3 of the median), from the
+    ``LOSS_SPIKE_MIN_HISTORY``-th value on. Scanned in chunks of 65536 windows (bounded memory); the scan stops after
+    the chunk that brings the count to 1000.
+
+    ``prefilter`` (exact, the default): a window's median is at least its minimum, so where that minimum is >= 0 a
+    value at most ``1 + LOSS_SPIKE_REL`` times it cannot pass the first test (float multiplication by a positive
+    constant is monotone); only the other windows' medians and MADs are computed (numpy's ``nanmedian`` of a window
+    depends on that window alone). ``prefilter=False`` computes every window (the reference the tests compare with).
+    """
+    spikes: list[tuple[int, float]] = []
+    if len(vals) <= LOSS_SPIKE_MIN_HISTORY:
+        return spikes
+    h = LOSS_SPIKE_HISTORY
+    padded = np.concatenate([np.full(h - 1, np.nan), vals])
+    win_all = np.lib.stride_tricks.sliding_window_view(padded, h)[: len(vals) - 1]  # window ending before j
+    chunk = 65536
+    for start in range(0, len(win_all), chunk):
+        stop = min(start + chunk, len(win_all))
+        rows = np.arange(start, stop)
+        rows = rows[rows + 1 >= LOSS_SPIKE_MIN_HISTORY]
+        if prefilter and len(rows):  # the minimum of each window (NaN where it reaches into the padding: kept)
+            low = padded[start:stop].copy()
+            for k in range(1, h):
+                np.minimum(low, padded[start + k:stop + k], out=low)
+            with np.errstate(invalid="ignore"):
+                keep = ~((low >= 0) & (vals[start + 1:stop + 1] <= low * (1 + LOSS_SPIKE_REL)))
+            rows = rows[keep[rows - start]]
+        if len(rows):
+            win = win_all[rows]
+            ref = np.nanmedian(win, axis=1)
+            mad = np.nanmedian(np.abs(win - ref[:, None]), axis=1)
+            cur = vals[rows + 1]
+            hit = (cur > ref * (1 + LOSS_SPIKE_REL)) & \
+                (cur - ref > LOSS_SPIKE_MADS * np.maximum(mad, 1e-3 * np.abs(ref)))
+            spikes += [(int(rows[i]) + 1, float(ref[i])) for i in np.flatnonzero(hit)]
+        if len(spikes) >= 1000:
+            break
+    return spikes
+
+
+def _loss_findings(rec: RunRecord, health: dict[str, Any] | None = None) -> list[Finding]:
     out = []
     tab = rec.iterations
     if not len(tab):
         return out
-    health = loss_health(rec)
+    health = health or loss_health(rec)
     it = tab.col("iteration")
     if health["nan_iterations"]:
         nan_set = set(health["nan_iterations"])
@@ -706,26 +749,7 @@ def _loss_findings(rec: RunRecord) -> list[Finding]:
     fin = np.isfinite(loss) & (tab.col("loss_missing") != 1)
     vals = loss[fin]
     pos = np.flatnonzero(fin)
-    spikes: list[tuple[int, float]] = []
-    if len(vals) > LOSS_SPIKE_MIN_HISTORY:
-        # reference = median (and MAD) of up to LOSS_SPIKE_HISTORY previous values; vectorised over windows, in
-        # chunks of rows so that memory stays bounded on long runs
-        h = LOSS_SPIKE_HISTORY
-        padded = np.concatenate([np.full(h - 1, np.nan), vals])
-        win_all = np.lib.stride_tricks.sliding_window_view(padded, h)[: len(vals) - 1]  # window ending before j
-        chunk = 65536
-        for start in range(0, len(win_all), chunk):
-            win = win_all[start:start + chunk]
-            j = np.arange(start + 1, start + 1 + len(win))
-            ok = j >= LOSS_SPIKE_MIN_HISTORY
-            ref = np.nanmedian(win, axis=1)
-            mad = np.nanmedian(np.abs(win - ref[:, None]), axis=1)
-            cur = vals[j]
-            hit = ok & (cur > ref * (1 + LOSS_SPIKE_REL)) & \
-                (cur - ref > LOSS_SPIKE_MADS * np.maximum(mad, 1e-3 * np.abs(ref)))
-            spikes += [(int(pos[start + i + 1]), float(ref[i])) for i in np.flatnonzero(hit)]
-            if len(spikes) >= 1000:
-                break
+    spikes = [(int(pos[j]), ref) for j, ref in loss_spikes(vals)]
     if spikes:
         first = spikes[0][0]
 
@@ -746,7 +770,7 @@ def _loss_findings(rec: RunRecord) -> list[Finding]:
     return out
 
 
-def _timing_findings(rec: RunRecord) -> list[Finding]:
+def _timing_findings(rec: RunRecord, health: dict[str, Any] | None = None) -> list[Finding]:
     out = []
     tab = rec.iterations
     if len(tab):
@@ -757,7 +781,7 @@ def _timing_findings(rec: RunRecord) -> list[Finding]:
             t = tab.col("elapsed_s")
             at = int(np.flatnonzero(it == ls["at_iteration"])[0])
             idx = [i for i in (at - 1, at) if 0 <= i < len(tab)]
-            health = loss_health(rec)
+            health = health or loss_health(rec)
             out.append(Finding(
                 "throughput_drop", "warning",
                 f"step time rises from {ls['before_s']:.4g} s to {ls['after_s']:.4g} s (+{(ls['ratio'] - 1) * 100:.0f}%)"
@@ -800,7 +824,7 @@ def _skipped_findings(rec: RunRecord) -> list[Finding]:
     tab = rec.iterations
     if not len(tab):
         return []
-    sk = np.nan_to_num(tab.col("skipped"), nan=0.0)
+    sk = nan_as_zero(tab.col("skipped"))
     if sk.sum() <= 0:
         return []
     it = tab.col("iteration")
@@ -846,8 +870,9 @@ def diagnose_run(rec: RunRecord) -> list[Finding]:
     findings += _dispatcher_findings(rec, used)
     findings += _exception_findings(rec, used)
     findings += _process_findings(rec)
-    findings += _loss_findings(rec)
-    findings += _timing_findings(rec)
+    health = loss_health(rec) if len(rec.iterations) else None  # (read by both)
+    findings += _loss_findings(rec, health)
+    findings += _timing_findings(rec, health)
     findings += _skipped_findings(rec)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], f.evidence[0].line if f.evidence else 0))
     return findings

@@ -96,13 +96,49 @@ class Window:
         return int(self.iterations.min()), int(self.iterations.max())
 
 
-def log_interval(rec: RunRecord) -> int:
-    it = rec.iterations.col("iteration")
+def nan_as_zero(x: np.ndarray) -> np.ndarray:
+    """``np.nan_to_num(x, nan=0.0)`` (NaN -> 0, ±inf -> the largest finite values) of a fresh column; an all-finite
+    column is returned as it is, one without infinities takes one ``where``."""
+    fin = np.isfinite(x)
+    if fin.all():
+        return x
+    if not np.isinf(x).any():
+        return np.where(fin, x, 0.0)
+    return np.nan_to_num(x, nan=0.0)
+
+
+def log_interval(rec: RunRecord, it: np.ndarray | None = None) -> int:
+    """The log interval: the median of the positive steps between logged iterations (``it``: the iteration column
+    when the caller has it)."""
+    if it is None:
+        it = rec.iterations.col("iteration")
     if len(it) < 2:
         return int(rec.meta.get("log_interval", 1))
     d = np.diff(it)
     d = d[d > 0]
-    return int(np.median(d)) if len(d) else 1
+    if not len(d):
+        return 1
+    lo = d.min()
+    return int(lo) if lo == d.max() else int(np.median(d))  # (a constant step is its own median)
+
+
+def block_medians(x: np.ndarray, edges: np.ndarray, group: int = 32) -> np.ndarray:
+    """``np.median(x[a:b])`` for each block ``[a, b)`` of consecutive ``edges``, up to ``group`` blocks of one length
+    at a time (``np.median`` along the rows of a 2-D copy partitions each row as it partitions the slice's copy, and
+    averages the same two middle values); the copies hold at most ``group`` blocks."""
+    lo, hi = edges[:-1], edges[1:]
+    size = hi - lo
+    out = np.empty(len(lo))
+    for m in np.unique(size).tolist():
+        sel = np.flatnonzero(size == m)
+        if not m:
+            out[sel] = np.nan
+            continue
+        windows = np.lib.stride_tricks.sliding_window_view(x, m)
+        for a in range(0, len(sel), group):
+            part = sel[a:a + group]
+            out[part] = np.median(windows[lo[part]], axis=1, overwrite_input=True)
+    return out
 
 
 def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
@@ -117,8 +153,7 @@ def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
     if n > SHIFT_MAX_BLOCKS:
         edges = np.linspace(0, n, SHIFT_MAX_BLOCKS + 1).astype(np.int64)
         cand = [int(e) for e in edges[1:-1] if SHIFT_MIN_SIDE <= e <= n - SHIFT_MIN_SIDE]
-        blocks = [np.median(times[a:b]) for a, b in zip(edges[:-1], edges[1:], strict=True)]
-        bmed = np.array(blocks)
+        bmed = block_medians(times, edges)
         pos = {int(e): i + 1 for i, e in enumerate(edges[1:-1])}
     else:
         cand = list(range(SHIFT_MIN_SIDE, n - SHIFT_MIN_SIDE + 1))
@@ -176,16 +211,17 @@ def steady_window(rec: RunRecord, window: tuple[int, int] | None = None, *, stri
     it = tab.col("iteration")
     t = tab.col("elapsed_s")
     flags = tab.col("flags").astype(np.int64) if n else np.zeros(0, dtype=np.int64)
-    skipped = np.nan_to_num(tab.col("skipped"), nan=0.0)
-    nans = np.nan_to_num(tab.col("nan"), nan=0.0)
+    skipped = nan_as_zero(tab.col("skipped"))
+    nans = nan_as_zero(tab.col("nan"))
     seg = tab.col("segment")
     keep = np.ones(n, dtype=bool)
     reason = np.full(n, -1, dtype=np.int16)
 
     def drop(mask: np.ndarray, code: int) -> None:
         hit = mask & keep
-        reason[hit] = code
-        keep[hit] = False
+        if hit.any():
+            reason[hit] = code
+            keep[hit] = False
 
     if window is not None:
         keep &= (it >= window[0]) & (it <= window[1])
@@ -196,7 +232,7 @@ def steady_window(rec: RunRecord, window: tuple[int, int] | None = None, *, stri
                              value=f"{window[0]}-{window[1]}", expected=f"iterations within {lo}-{hi}")
     drop(~np.isfinite(t), 0)
     if window is None and n:
-        interval = log_interval(rec)
+        interval = log_interval(rec, it)
         start_iter = float(np.nanmin(it))
         segstart = (flags & FLAG_SEGMENT_START) != 0
         first = segstart & (seg == 0) & (it <= max(interval, 1) + (1 if rec.source == "nemo" else 0)) & \
@@ -259,7 +295,6 @@ def median_ci(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, flo
     n = len(x)
     if n < 3:
         return None
-    s = np.sort(x)
     alpha = 1 - confidence
     if n <= MEDIAN_CI_EXACT_MAX:
         cdf = _binom_half_cdf(n)
@@ -271,6 +306,7 @@ def median_ci(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, flo
         hi = int(math.ceil(n / 2 + z * math.sqrt(n) / 2))
     lo = max(lo - 1, 0)
     hi = min(hi, n - 1)
+    s = np.partition(x, [lo, hi])  # the two order statistics, as a full sort places them
     return float(s[lo]), float(s[hi])
 
 
@@ -346,8 +382,8 @@ def loss_health(rec: RunRecord) -> dict[str, Any]:
         return {"finite": None, "nan_iterations": [], "skipped_iterations": 0}
     it = tab.col("iteration")
     loss = tab.col("loss")
-    skipped = np.nan_to_num(tab.col("skipped"), nan=0.0)
-    nanc = np.nan_to_num(tab.col("nan"), nan=0.0)
+    skipped = nan_as_zero(tab.col("skipped"))
+    nanc = nan_as_zero(tab.col("nan"))
     missing = tab.col("loss_missing") == 1
     gn_bad = tab.col("grad_norm_nonfinite") == 1
     printed_nonfinite = np.isfinite(loss) == False  # noqa: E712 - elementwise

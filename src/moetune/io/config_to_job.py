@@ -372,6 +372,8 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
         moe_router_force_load_balancing=bool(m.get("moe_router_force_load_balancing")),
         moe_expert_capacity_factor=m.get("moe_expert_capacity_factor"),
         moe_pad_expert_input_to_capacity=bool(m.get("moe_pad_expert_input_to_capacity")),
+        moe_expert_rank_capacity_factor=m.get("moe_expert_rank_capacity_factor"),
+        moe_paged_stash=bool(m.get("moe_paged_stash")),
         sequence_parallel=bool(m.get("sequence_parallel")),
         overlap_moe_expert_parallel_comm=bool(m.get("overlap_moe_expert_parallel_comm")),
         delay_wgrad_compute=bool(m.get("delay_wgrad_compute")),
@@ -462,6 +464,13 @@ def job_to_config(job: Job) -> dict:
             "moe_pad_expert_input_to_capacity": f.moe_pad_expert_input_to_capacity,
             "moe_router_dtype": "fp32",
         })
+        if f.moe_expert_rank_capacity_factor is not None:
+            # HybridEP's static budget runs the expert MLP through the TE op fuser (TransformerConfig.__post_init__:
+            # use_transformer_engine_op_fuser or moe_use_grouped_tensor; Bridge's full-iteration presets set the fuser)
+            model.update(moe_expert_rank_capacity_factor=f.moe_expert_rank_capacity_factor,
+                         use_transformer_engine_op_fuser=True)
+        if f.moe_paged_stash:
+            model["moe_paged_stash"] = True
         if f.moe_flex_dispatcher_num_sms is not None:
             model["moe_flex_dispatcher_num_sms"] = f.moe_flex_dispatcher_num_sms
     if not f.apply_rope_fusion:

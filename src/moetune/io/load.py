@@ -65,7 +65,9 @@ class FeatureChoices:
     ``recompute``: ``none`` | ``full[:uniform|block[:N]]`` | ``selective`` | comma list of modules;
     ``offload`` / ``cuda_graph_scope``: comma lists of modules / scopes, or ``none``; ``offload`` also
     ``layers:N`` (layer-level CPU offloading of the first N decoder layers, ``--cpu-offloading-num-layers``);
-    ``dispatcher``: ``alltoall``, ``allgather``, ``deepep``, ``hybridep`` (``flex`` = DeepEP).
+    ``dispatcher``: ``alltoall``, ``allgather``, ``deepep``, ``hybridep`` (``flex`` = DeepEP);
+    ``rank_capacity_factor``: a number > 0 or ``none`` (HybridEP's static per-rank budget,
+    ``--moe-expert-rank-capacity-factor``); ``paged_stash``: ``--moe-paged-stash``.
     """
 
     fsdp: bool | None = None
@@ -76,6 +78,8 @@ class FeatureChoices:
     recompute: str | None = None
     offload: str | None = None
     cuda_graph_scope: str | None = None
+    rank_capacity_factor: str | None = None
+    paged_stash: bool | None = None
     optimizer_offload: float | None = None
     expandable_segments: bool | None = None
     dist_opt: bool | None = None
@@ -177,6 +181,10 @@ def choice_updates(ch: FeatureChoices) -> dict[str, Any]:
             # a whole-iteration graph is MCore's local implementation (cuda_graph_impl=full_iteration in Bridge)
             up.update(cuda_graph_impl="local" if "full_iteration" in scopes else "transformer_engine",
                       cuda_graph_scope=scopes)
+    if ch.rank_capacity_factor is not None:
+        up["moe_expert_rank_capacity_factor"] = parse_rank_capacity(ch.rank_capacity_factor)
+    if ch.paged_stash is not None:
+        up["moe_paged_stash"] = bool(ch.paged_stash)
     if ch.optimizer_offload is not None:
         if not 0.0 <= ch.optimizer_offload <= 1.0:
             raise InputError.bad_value("--optimizer-offload", ch.optimizer_offload, "a fraction in [0, 1]")
@@ -192,13 +200,29 @@ def choice_updates(ch: FeatureChoices) -> dict[str, Any]:
     return up
 
 
+def parse_rank_capacity(text: str | float) -> float | None:
+    """``--rank-capacity-factor`` / ``--fix rank_capacity_factor=`` value: ``none`` or a number > 0."""
+    t = str(text).strip().lower()
+    if t in ("", "none", "off"):
+        return None
+    try:
+        v = float(t)
+    except ValueError:
+        v = float("nan")
+    if not 0.0 < v < float("inf"):  # also nan
+        raise InputError.bad_value("--rank-capacity-factor", text, "none or a number > 0 (e.g. 1.5)")
+    return v
+
+
 #: ``--fix`` keys: layout dimensions (ints) and the feature vocabulary (same names as the ``estimate`` flags)
 FIX_INT_KEYS = ("tp", "pp", "vpp", "cp", "ep", "etp", "mbs")
-FIX_BOOL_KEYS = ("fsdp", "ep_overlap", "delay_wgrad", "tp_comm_overlap")
-FIX_TEXT_KEYS = ("recompute", "pipeline_layout", "dispatcher", "precision", "offload", "cuda_graph_scope")
+FIX_BOOL_KEYS = ("fsdp", "ep_overlap", "delay_wgrad", "tp_comm_overlap", "paged_stash")
+FIX_TEXT_KEYS = ("recompute", "pipeline_layout", "dispatcher", "precision", "offload", "cuda_graph_scope",
+                 "rank_capacity_factor")
 FIX_KEYS = (*FIX_INT_KEYS, *FIX_BOOL_KEYS, *FIX_TEXT_KEYS)
 _FIX_ALIASES = {"graphs": "cuda_graph_scope", "cuda_graphs": "cuda_graph_scope", "offload_modules": "offload",
-                "delay_wgrad_compute": "delay_wgrad", "overlap_moe_expert_parallel_comm": "ep_overlap"}
+                "delay_wgrad_compute": "delay_wgrad", "overlap_moe_expert_parallel_comm": "ep_overlap",
+                "moe_expert_rank_capacity_factor": "rank_capacity_factor", "moe_paged_stash": "paged_stash"}
 
 
 def parse_fix(text: str | None) -> dict[str, Any]:
@@ -244,7 +268,8 @@ def fix_choices(fix: dict[str, Any]) -> FeatureChoices:
     return FeatureChoices(fsdp=b["fsdp"], ep_overlap=b["ep_overlap"], delay_wgrad=b["delay_wgrad"],
                           tp_comm_overlap=b["tp_comm_overlap"], dispatcher=fix.get("dispatcher"),
                           recompute=fix.get("recompute"),
-                          offload=fix.get("offload"), cuda_graph_scope=fix.get("cuda_graph_scope"))
+                          offload=fix.get("offload"), cuda_graph_scope=fix.get("cuda_graph_scope"),
+                          rank_capacity_factor=fix.get("rank_capacity_factor"), paged_stash=b["paged_stash"])
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -385,7 +410,7 @@ def adapt_features(feats: Features, model: ModelArch, layout: Layout, given: set
     user's and stay): SP exactly with TP > 1 (Bridge forces it off at TP 1; MoE with TP > 1 requires it, PAR-046);
     TP comm overlap needs SP; EP overlap needs a MoE model with EP > 1, VPP when PP > 1, no full / ``moe`` recompute
     and at most one MTP layer (docs/rules.md §4.1), delayed wgrad needs EP overlap; a flex dispatcher needs an expert
-    group (EP x ETP > 1); TE-scoped CUDA graphs exclude full recompute; Megatron-FSDP replaces PP (PP = 1)."""
+    group (EP x ETP > 1); a rank capacity factor (and the paged stash) needs the HybridEP dispatcher (MOE-044); TE-scoped CUDA graphs exclude full recompute; Megatron-FSDP replaces PP (PP = 1)."""
     up: dict[str, Any] = {"sequence_parallel": layout.tp > 1}
     f = feats
     if "tp_comm_overlap" not in given and f.tp_comm_overlap and layout.tp <= 1:
@@ -409,6 +434,13 @@ def adapt_features(feats: Features, model: ModelArch, layout: Layout, given: set
         up["use_megatron_fsdp"] = False
         if notes is not None:
             notes.append("Megatron-FSDP of the starting features off: it replaces pipeline parallelism (PP = 1)")
+    if "rank_capacity_factor" not in given and f.moe_expert_rank_capacity_factor is not None and not (
+            model.is_moe and up.get("moe_token_dispatcher_type", f.moe_token_dispatcher_type) == "flex"
+            and f.moe_flex_dispatcher_backend == "hybridep"):
+        # a rank capacity budget is HybridEP's (MOE-044); paged stashing needs it (OFF-019)
+        up["moe_expert_rank_capacity_factor"] = None
+        if "paged_stash" not in given:
+            up["moe_paged_stash"] = False
     if not up.get("sequence_parallel") and "tp_comm_overlap" not in given:
         up["tp_comm_overlap"] = False
     return f.model_copy(update={k: v for k, v in up.items() if getattr(f, k) != v})
@@ -689,6 +721,8 @@ def feature_args(f: Features) -> list[str]:
             _b("force-balance", f.moe_router_force_load_balancing)]
     if f.moe_routing_imbalance != 1.0:
         out.append(f"--routing-imbalance {f.moe_routing_imbalance:g}")
+    cap = f.moe_expert_rank_capacity_factor
+    out += [f"--rank-capacity-factor {'none' if cap is None else f'{cap:g}'}", _b("paged-stash", f.moe_paged_stash)]
     return out
 
 

@@ -170,6 +170,8 @@ moe-grouped-gemm                      model.moe_grouped_gemm                    
 moe-permute-fusion                    model.moe_permute_fusion                                 bool
 moe-expert-capacity-factor            model.moe_expert_capacity_factor                         float
 moe-pad-expert-input-to-capacity      model.moe_pad_expert_input_to_capacity                   bool
+moe-expert-rank-capacity-factor       model.moe_expert_rank_capacity_factor                    float
+moe-paged-stash                       model.moe_paged_stash                                    bool
 moe-token-drop-policy                 model.moe_token_drop_policy                              str
 moe-input-jitter-eps                  model.moe_input_jitter_eps                               float
 moe-layer-recompute                   model.moe_layer_recompute                                bool
@@ -326,7 +328,7 @@ _MEMORY_ONLY = {  # read only by the memory model (perfmodel memory/activations/
     "cross_entropy_fusion_impl", "cross_entropy_loss_fusion", "exp_avg_dtype", "exp_avg_sq_dtype",
     "main_params_dtype", "fine_grained_activation_offloading", "offload_modules", "optimizer_cpu_offload",
     "optimizer_offload_fraction", "transformer_impl", "use_precision_aware_optimizer",
-    "num_distributed_optimizer_instances", "hidden_dropout", "attention_dropout",
+    "num_distributed_optimizer_instances", "hidden_dropout", "attention_dropout", "moe_paged_stash",
 }
 _BOTH = {
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split", "activation_func_clamp_value",
@@ -336,7 +338,7 @@ _BOTH = {
     "fp16", "bf16", "fp4", "fp8", "fp8_param", "fp8_param_gather", "fp8_recipe", "fp4_param", "fp4_recipe",
     "global_batch_size", "hidden_size", "hybrid_layer_pattern", "hybrid_override_pattern", "kv_channels",
     "kv_lora_rank", "main_grads_dtype", "make_vocab_size_divisible_by", "merge_file", "micro_batch_size",
-    "moe_expert_capacity_factor", "moe_ffn_hidden_size", "moe_latent_size", "moe_layer_freq",
+    "moe_expert_capacity_factor", "moe_expert_rank_capacity_factor", "moe_ffn_hidden_size", "moe_latent_size", "moe_layer_freq",
     "moe_pad_expert_input_to_capacity", "moe_router_force_load_balancing", "moe_router_group_topk",
     "moe_router_num_groups", "moe_router_topk", "moe_shared_expert_intermediate_size", "moe_token_dispatcher_type",
     "mtp_num_layers", "multi_latent_attention", "normalization", "num_attention_heads", "num_layers",

@@ -39,7 +39,7 @@ from moetune.perfmodel.params import (
     mtp_block_params,
     mtp_extra_params,
 )
-from moetune.perfmodel.routing import expert_load
+from moetune.perfmodel.routing import expert_buffer_load, expert_load, rank_capacity_active
 from moetune.perfmodel.runtime_tail import GIB, tail_builder
 from moetune.spec.features import FP8_PRECISIONS, Features
 from moetune.spec.job import Job
@@ -320,7 +320,7 @@ def _job_act_config(f: Features, tp: int, cp: int, etp: int, ep: int, seq: int, 
         seq=seq, mbs=mbs, tp=tp, cp=cp, etp=etp,
         sp=bool(f.sequence_parallel and tp > 1), fp8=f.precision in FP8_PRECISIONS,
         unfused_attention=unfused, attention_dropout=f.attention_dropout > 0, hidden_dropout=f.hidden_dropout > 0,
-        routing_factor=expert_load(f), recompute=rec if recompute is None else recompute, offload=off,
+        routing_factor=expert_buffer_load(f), recompute=rec if recompute is None else recompute, offload=off,
         ep=ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
     )
@@ -779,7 +779,11 @@ def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
     a.append(f"activations in {'FP8 (linear inputs) + ' if cfg.fp8 else ''}BF16; "
              f"{'unfused attention keeps a*s^2 softmax per layer' if cfg.unfused_attention else 'flash/fused attention (LSE only)'}")
     if job.model.is_moe:
-        if f.moe_expert_capacity_factor is not None and f.moe_pad_expert_input_to_capacity:
+        if rank_capacity_active(f):
+            why = (f"HybridEP rank capacity budget {f.moe_expert_rank_capacity_factor:g}x the mean tokens"
+                   + (", saved expert tensors in a paged stash of "
+                      f"{const('moe_paged_stash_buffer_size_factor_cuda'):g}x the mean" if f.moe_paged_stash else ""))
+        elif f.moe_expert_capacity_factor is not None and f.moe_pad_expert_input_to_capacity:
             why = f"inputs padded to capacity factor {f.moe_expert_capacity_factor:g}"
         elif f.moe_router_force_load_balancing:
             why = "force-balanced routing"

@@ -34,7 +34,7 @@ from moetune.perfmodel import schedule as S
 from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
 from moetune.perfmodel.memory import cpu_offloaded_layer_bytes, state_bytes
 from moetune.perfmodel.params import layer_params
-from moetune.perfmodel.routing import expert_load
+from moetune.perfmodel.routing import expert_load, static_expert_shapes
 from moetune.perfmodel.uncertainty import Band, band_for
 from moetune.spec.features import FP8_PRECISIONS, Features
 from moetune.spec.job import Job
@@ -230,6 +230,7 @@ class LayerInputs(NamedTuple):
     moe_permute_fusion: bool
     apply_rope_fusion: bool
     expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
+    static_expert_shapes: bool  #: :func:`moetune.perfmodel.routing.static_expert_shapes` (no per-layer host sync)
 
     @classmethod
     def of(cls, job: Job) -> LayerInputs:
@@ -244,7 +245,8 @@ class LayerInputs(NamedTuple):
         return cls(seq, mbs, tp, cp, ep, etp, nvlink_domain, f.precision, f.moe_token_dispatcher_type,
                    f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
-                   f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f))
+                   f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
+                   static_expert_shapes(f))
 
 
 @memo(maxsize=4096)
@@ -376,7 +378,7 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         intra, inter = intra * load, inter * load
     scopes = frozenset(feat.cuda_graph_scope)
     graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
-    dropless = feat.moe_expert_capacity_factor is None
+    dropless = not feat.static_expert_shapes  # per-layer host sync of the expert token counts (perfmodel.host)
     launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention, quant_gemms=n_quant if quant else 0,
                                 scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
                                 kernels=kernels,

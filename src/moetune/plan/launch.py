@@ -21,6 +21,7 @@ ALWAYS_SHOWN = frozenset({
 #: field-name prefixes of the tuning knobs shown when set (recompute, offload, dispatcher, overlap, graphs, ...)
 TUNING_PREFIXES = ("pipeline_model_parallel_layout", "account_for_", "num_layers_in_", "recompute", "fine_grained_activation_offloading",
                    "offload_modules", "cpu_offloading", "moe_flex", "moe_router_force", "cuda_graph",
+                   "moe_expert_rank_capacity_factor", "moe_paged_stash", "use_transformer_engine_op_fuser",
                    "use_te_rng_tracker", "overlap_", "delay_wgrad", "tp_comm_overlap", "moe_shared_expert_overlap",
                    "use_distributed_optimizer", "optimizer_cpu_offload", "optimizer_offload_fraction",
                    "num_distributed_optimizer_instances", "use_precision_aware_optimizer", "use_megatron_fsdp",

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from moetune.catalog.memory_constants import const
 from moetune.errors import InputError
 from moetune.io.check import check_job
 from moetune.perfmodel.memory import (
@@ -200,6 +201,7 @@ SEARCH_RESET: dict[str, Any] = {
     "moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None,
     "overlap_moe_expert_parallel_comm": False, "delay_wgrad_compute": False,
     "cuda_graph_impl": "none", "cuda_graph_scope": (),
+    "moe_expert_rank_capacity_factor": None, "moe_paged_stash": False,
     "fine_grained_activation_offloading": False, "offload_modules": (),
     "cpu_offloading": False, "cpu_offloading_num_layers": 0,
     "optimizer_cpu_offload": False, "optimizer_offload_fraction": 0.0,
@@ -306,16 +308,45 @@ def _overlap_variants(req: PlanRequest, lp: LayoutPoint, recompute: dict) -> lis
             {"overlap_moe_expert_parallel_comm": True, "delay_wgrad_compute": True}]
 
 
-def _graph_variants(req: PlanRequest, recompute: dict) -> list[dict]:
-    off = {"cuda_graph_impl": "none", "cuda_graph_scope": ()}
-    if "cuda_graph_scope" in req.fix:
-        from moetune.io.load import FeatureChoices, choice_updates
+def _graph_variants(req: PlanRequest, recompute: dict, disp: dict | None = None) -> list[dict]:
+    """CUDA-graph variants of a layout with recompute option ``recompute`` and dispatcher variant ``disp``: off,
+    TE-scoped (``attn,moe_router,moe_preprocess`` / ``attn,mlp``; not with full recompute, docs/domain.md §6.4) and a
+    whole-iteration graph (Megatron-LM ``FullCudaGraphWrapper`` around the pipeline schedule: any PP / VPP and
+    recompute). A dropless MoE has static expert shapes in a whole-iteration graph only with HybridEP's rank capacity
+    budget (rule CG-029; MOE-044 needs the flex dispatcher's HybridEP backend): there the variant carries the rank
+    capacity factor and paged stash of Bridge's full-iteration presets (catalog memory.yaml
+    ``full_iteration_moe_recipe``), and with other dispatchers it is not offered; nor with activation offloading in
+    ``recompute`` (the option's updates: layer CPU offloading with a whole-iteration graph is documented as
+    unsupported, CG-011w; fine-grained offloading needs settings the planner does not search, CG-020). ``--fix`` pins
+    of ``cuda_graph_scope``, ``rank_capacity_factor`` and ``paged_stash`` are kept as given."""
+    from moetune.io.load import FeatureChoices, choice_updates, fix_choices
 
-        return [choice_updates(FeatureChoices(cuda_graph_scope=str(req.fix["cuda_graph_scope"])))]
-    if not req.explore_graphs or recompute.get("recompute_granularity") == "full":
-        return [off]  # TE-scoped graphs exclude full recompute (docs/domain.md §6.4)
-    scope = ("attn", "moe_router", "moe_preprocess") if req.model.is_moe else ("attn", "mlp")
-    return [off, {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope}]
+    static = {"moe_expert_rank_capacity_factor": None, "moe_paged_stash": False}
+    full = {"cuda_graph_impl": "local", "cuda_graph_scope": ("full_iteration",), **static}
+    if req.model.is_moe:
+        if disp is not None and disp.get("moe_flex_dispatcher_backend") == "hybridep":
+            rc = const("full_iteration_moe_recipe")
+            full.update(moe_expert_rank_capacity_factor=float(rc["moe_expert_rank_capacity_factor"]),
+                        moe_paged_stash=bool(rc["moe_paged_stash"]))
+        else:
+            full = None
+    if recompute.get("cpu_offloading") or recompute.get("fine_grained_activation_offloading"):
+        full = None
+    pinned_keys = {k: v for k, v in req.fix.items() if k in ("rank_capacity_factor", "paged_stash")}
+    pins = choice_updates(fix_choices(pinned_keys)) if pinned_keys else {}
+    if "cuda_graph_scope" in req.fix:
+        pinned = choice_updates(FeatureChoices(cuda_graph_scope=str(req.fix["cuda_graph_scope"])))
+        whole = "full_iteration" in pinned["cuda_graph_scope"]
+        out = [{**static, **(full if whole and full else {}), **pinned}]
+    else:
+        out = [{"cuda_graph_impl": "none", "cuda_graph_scope": (), **static}]
+        if req.explore_graphs:
+            if recompute.get("recompute_granularity") != "full":
+                scope = ("attn", "moe_router", "moe_preprocess") if req.model.is_moe else ("attn", "mlp")
+                out.append({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": scope, **static})
+            if full is not None:
+                out.append(full)
+    return [{**v, **pins} for v in out]
 
 
 #: :meth:`Search.consider` answers: no feature variant of the recompute option fits, some do, every one does
@@ -742,7 +773,7 @@ class Search:
         lk = lp.key()
         bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
         for disp in _dispatcher_variants(req, lp):
-            for gr in _graph_variants(req, rec):
+            for gr in _graph_variants(req, upd, disp):
                 if fitted is not None:
                     vkey = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
                             gr["cuda_graph_impl"], gr["cuda_graph_scope"])

@@ -166,11 +166,14 @@ rule("CG-027", A, E, "C", ["dataset.offline_packing_specs", "dataset.pad_to_max_
 rule("CG-028", A, E, "C", ["dataset.packing_buffer_size", "model.cuda_graph_impl"],
      lambda c: c.get("dataset.packing_buffer_size") is not None and c.cg_impl != "none",
      "Energon native packing does not support CUDA graphs", "B/cfg validate", fix={"model.cuda_graph_impl": "none"})
-rule("CG-029", A, W_, "-", ["model.moe_expert_capacity_factor", "model.cuda_graph_impl", "model.cuda_graph_modules"],
+rule("CG-029", A, W_, "-", ["model.moe_expert_capacity_factor", "model.moe_expert_rank_capacity_factor",
+                            "model.cuda_graph_impl", "model.cuda_graph_modules"],
      lambda c: c.is_moe and c.m("moe_expert_capacity_factor") is None and c.m("moe_expert_rank_capacity_factor") is None
-     and not c.m("moe_paged_stash") and (c.full_iter_graph or (c.te_graph and not c.cg_mods)),
+     and (c.full_iter_graph or (c.te_graph and not c.cg_mods)),
      "dropless MoE with whole-layer or full-iteration CUDA graphs: dynamic expert shapes; the supported dropless "
-     "recipe is partial capture (attn, moe_router, moe_preprocess)", "docs moe-optimization.md")
+     "recipes are partial capture (attn, moe_router, moe_preprocess) or, for full_iteration, HybridEP with "
+     "moe_expert_rank_capacity_factor (static budget, overflow rerun dropless) and moe_paged_stash",
+     "docs moe-optimization.md; Bridge set_full_iter_cg_configs; moe/paged_stash.py PagedStashRunner")
 rule("CG-030", A, W_, "-", ["model.cuda_graph_impl", "model.first_last_layers_bf16", "env.te"],
      lambda c: c.te_graph and c.fp8 is not None and bool(c.m("first_last_layers_bf16")) and c.te_below("2.8.0") is True,
      "TE < 2.8 CUDA graphs run all captured layers in FP8 (first/last BF16 ignored)", "cuda_graphs.py")

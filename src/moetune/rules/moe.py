@@ -202,12 +202,13 @@ rule("MOE-043", A, RT, "B", ["model.moe_flex_dispatcher_backend", "model.moe_exp
      "drop-and-pad is not supported with the ncclep backend", "moe/token_dispatcher.py _NCCLEPManager.__init__",
      fix={"model.moe_expert_capacity_factor": None, "model.moe_pad_expert_input_to_capacity": False})
 rule("MOE-044", A, E, "C", ["model.moe_expert_rank_capacity_factor", "model.moe_flex_dispatcher_backend",
-                            "model.use_transformer_engine_op_fuser"],
+                            "model.use_transformer_engine_op_fuser", "model.moe_use_grouped_tensor"],
      lambda c: c.m("moe_expert_rank_capacity_factor") is not None and (
          c.m("moe_flex_dispatcher_backend") not in ("hybridep", "ncclep")
-         or (c.m("moe_flex_dispatcher_backend") == "hybridep" and not c.m("use_transformer_engine_op_fuser"))),
-     "per-rank capacity is a HybridEP/NCCL-EP feature (HybridEP also needs the TE op fuser)", "TC L1752-1760",
-     fix={"model.moe_expert_rank_capacity_factor": None})
+         or (c.m("moe_flex_dispatcher_backend") == "hybridep" and not c.m("use_transformer_engine_op_fuser")
+             and not c.m("moe_use_grouped_tensor"))),
+     "per-rank capacity is a HybridEP/NCCL-EP feature (HybridEP also needs the TE op fuser or grouped tensors)",
+     "TC L1752-1760 (transformer_config.py __post_init__)", fix={"model.moe_expert_rank_capacity_factor": None})
 rule("MOE-046", A, RT, "R", ["model.moe_expert_capacity_factor", "model.moe_token_drop_policy"],
      lambda c: c.m("moe_expert_capacity_factor") is not None
      and c.m("moe_token_drop_policy", "probs") not in ("probs", "position"),

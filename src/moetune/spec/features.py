@@ -167,6 +167,20 @@ class Features(FrozenSpec):
         default=False, description="Pad every expert's input to the capacity (static shapes: drop-and-pad; needs a "
         "capacity factor). --moe-pad-expert-input-to-capacity; Bridge model.moe_pad_expert_input_to_capacity. "
         "Default False.")
+    moe_expert_rank_capacity_factor: float | None = Field(
+        default=None, gt=0, description="Static per-rank token budget of the HybridEP dispatcher, as a multiple of "
+        "the rank's mean routed tokens (local tokens x top-k): the receive and expert buffers have that fixed size, "
+        "so dispatch needs no host sync and the MoE layer can be captured in a whole-iteration CUDA graph. Tokens "
+        "above it are dropped in the step, which Megatron-LM then reruns dropless (PagedStashRunner), so training "
+        "stays dropless. Needs the flex dispatcher with HybridEP and the TE op fuser (MOE-044; Megatron-Core "
+        "TransformerConfig.moe_expert_rank_capacity_factor, moe/token_dispatcher.py _HybridEPManager.setup_metadata). "
+        "--moe-expert-rank-capacity-factor; Bridge model.moe_expert_rank_capacity_factor. Default None (dynamic "
+        "shapes).")
+    moe_paged_stash: bool = Field(
+        default=False, description="Keep the expert MLP's saved activations in a paged stash sized by the mean "
+        "token load (moe_paged_stash_buffer_size_factor_cuda x mean) instead of the rank capacity budget; needs "
+        "moe_expert_rank_capacity_factor (OFF-019; Megatron-Core moe/paged_stash.py). --moe-paged-stash; Bridge "
+        "model.moe_paged_stash. Default False.")
     moe_routing_imbalance: float = Field(
         default=1.0, ge=1.0, description="moetune input, no Megatron flag: max/mean tokens per expert rank when "
         "dropless and not force-balanced (>= 1; moetune.perfmodel.routing.expert_load). Default 1.0 (balanced).")

@@ -66,6 +66,13 @@ def harness_flags(layout: dict[str, Any], features: dict[str, Any], *, precision
     # fields without a harness flag travel as Hydra overrides after the flags
     extra = [format_override(NO_HARNESS_FLAG_PATHS[k], v) for k, v in features.items()
              if k in NO_HARNESS_FLAG_PATHS and v not in (None, [], ())]
+    cap = features.get("moe_expert_rank_capacity_factor")
+    if cap is not None:
+        # HybridEP's static budget with its paged stash and the TE op fuser it needs (rule MOE-044), as
+        # moetune.io.config_to_job.job_to_config writes them
+        extra += [format_override("model.moe_expert_rank_capacity_factor", cap),
+                  format_override("model.moe_paged_stash", bool(features.get("moe_paged_stash"))),
+                  format_override("model.use_transformer_engine_op_fuser", True)]
     return out + extra
 
 

@@ -29,6 +29,7 @@ import numpy as np
 #: values per sealed chunk
 CHUNK = 8192
 _POW10 = 10.0 ** np.arange(0, 16)
+_ARANGE = np.arange(CHUNK, dtype=np.float64)
 #: unit scales tried by the decimal encoding (the reader stores ms times as seconds: value_ms * 1e-3)
 _MULS = (1.0, 1e-3)
 _MAX_EXACT = 2.0**53
@@ -123,6 +124,31 @@ def encode(a: np.ndarray) -> tuple:
     return _encode_finite(a)
 
 
+def decode_into(t: tuple, out: np.ndarray) -> None:
+    """``out[:] = decode(t)`` without the temporaries (the same operations in the same order, so the same bits)."""
+    kind = t[0]
+    if kind == "c":
+        out[:] = t[2]
+    elif kind == "a":
+        np.multiply(_ARANGE[:t[1]], t[3], out=out)
+        out += t[2]
+    elif kind == "i":
+        out[:] = t[3]
+        out += t[2]
+    elif kind == "d":
+        _, _, lo, k, mul, d, pos, val = t
+        out[:] = d
+        out += lo
+        out /= _POW10[k]
+        if mul != 1.0:
+            out *= mul
+        out[pos.astype(np.int64)] = val
+    elif kind == "r":
+        out[:] = t[2]
+    else:
+        out[:] = decode(t)
+
+
 def decode(t: tuple) -> np.ndarray:
     kind, n = t[0], t[1]
     if kind == "c":
@@ -200,7 +226,7 @@ class PackedColumn:
         """All values as one float64 array (a new array)."""
         out = np.empty(len(self))
         for j, t in enumerate(self._chunks):
-            out[j * CHUNK:(j + 1) * CHUNK] = decode(t)
+            decode_into(t, out[j * CHUNK:(j + 1) * CHUNK])
         if self._tail:
             out[self._sealed:] = np.frombuffer(self._tail, dtype=np.float64)
         return out

@@ -65,6 +65,8 @@ MIN_RUN = 32
 LEARN_BYTES = 1 << 16
 _NCCL_INFO = b"NCCL INFO"
 _CLOSED = b"Connection closed by localRank"
+#: distinct NCCL chatter lines remembered by :meth:`BulkIterations.scan` (NCCL repeats the same few lines per rank)
+MAX_CHATTER_LINES = 4096
 #: columns the bulk path converts; other printed fields (energy, power, params norm, max attention logit …) are
 #: matched but not converted (float parsing dominates the cost of an iteration line)
 _BULK_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_norm", "skipped", "nan", "lr",
@@ -452,6 +454,9 @@ class BulkIterations:
         self.rows: list[list[float]] = []
         self.row_extras: list[tuple[int, dict[str, float]]] = []
         self.hold = False  # no flush while a chunk is scanned (its bulk lines are queued at its end)
+        #: NCCL chatter lines seen (without the iteration literal, with both NCCL literals): a repeat is recognised by
+        #: one hash lookup instead of two searches (at most MAX_CHATTER_LINES kept)
+        self.chatter: set[bytes] = set()
         parser.on_layout = self.add_layout
         parser.append_row = self.add_row
         parser.flush_rows = self.flush
@@ -600,17 +605,22 @@ class BulkIterations:
 
         While no record or block is open, complete iteration lines (the literal) whose ``|``/``:`` counts name a
         known layout and that have no rank prefix are queued, and NCCL ``Connection closed`` chatter past its
-        evidence cap is only counted; every other line goes to :meth:`.parser.Parser.feed` (which may still queue a
+        evidence cap is only counted (a line seen before is known by one hash lookup); every other line goes to :meth:`.parser.Parser.feed` (which may still queue a
         complete iteration line, see ``take_line``). The queue is parsed at the end of the chunk.
         """
         parser = self.parser
         feed, ring, hints, counts = parser.feed, parser.ring, self.hints, parser.rec.signal_counts
         q_raw, q_lines, q_layout = self.q_raw.append, self.q_lines.append, self.q_layout.append
+        chatter = self.chatter
         self.hold = True
         clean = parser.clean
         capped = clean and counts.get("nccl_connection_closed", 0) >= MAX_SIGNALS_PER_KIND
         closed = 0
         for n, line in enumerate(lines, first):
+            if capped and line in chatter:  # (no chatter line holds the literal)
+                closed += 1
+                ring[n & RING_MASK] = line
+                continue
             if COMPLETE_LITERAL in line:
                 if clean:
                     layout = hints.get((line.count(b"|"), line.count(b":")))
@@ -622,6 +632,8 @@ class BulkIterations:
                         ring[n & RING_MASK] = line
                         continue
             elif capped and _CLOSED in line and _NCCL_INFO in line:
+                if len(chatter) < MAX_CHATTER_LINES:
+                    chatter.add(line)
                 closed += 1
                 ring[n & RING_MASK] = line
                 continue
@@ -758,6 +770,10 @@ class BulkIterations:
         column); lines that turn out not to be of this layout go back to the recognisers."""
         text = b"\n".join(raw)
         if b"\r" not in text and b"\x1b" not in text:  # all of the layout: as a run (numpy when of one template)
+            got = self._by_length(lay, raw, lines)
+            if got is not None:
+                self.parser.rec.recognised_lines += len(lines)
+                return got
             cols = lay.run_columns(b"\n" + text, len(raw))
             if cols is not None:
                 self.parser.rec.recognised_lines += len(lines)
@@ -778,6 +794,32 @@ class BulkIterations:
             return None
         self.parser.rec.recognised_lines += len(lines)
         return self._block(lay, list(zip(*groups, strict=True)), lines)
+
+    def _by_length(self, lay: Layout, raw: list[bytes], lines: list[int]) -> tuple[np.ndarray, dict] | None:
+        """Queued lines of several lengths (interleaved templates, values of several widths), one run per length
+        (lines of one length are mostly of one template: :func:`_shape_columns` converts them at once), each row with
+        its line number (:meth:`_append` puts the rows in line order). None, with nothing done, when the lines have
+        one length, when the runs would average fewer than :data:`MIN_RUN` lines, or when some run is not exactly of
+        the layout (the caller then parses them all together and sends the lines that are not of it back to the
+        recognisers in their order)."""
+        k = len(raw)
+        size = np.fromiter(map(len, raw), dtype=np.int64, count=k)
+        if k < 2 * MIN_RUN or size.min() == size.max():
+            return None
+        order = np.argsort(size, kind="stable")
+        cut = np.flatnonzero(np.diff(size[order])) + 1
+        if (len(cut) + 1) * MIN_RUN > k:
+            return None
+        parts = []
+        for ix in np.split(order, cut):
+            ix_l = ix.tolist()
+            cols = lay.run_columns(b"\n" + b"\n".join([raw[i] for i in ix_l]), len(ix_l))
+            if cols is None:
+                return None
+            parts.append(self._block(lay, cols, [lines[i] for i in ix_l]))
+        block = np.concatenate([b for b, _ in parts])  # (in line order once appended: see _append)
+        extras = {name: np.concatenate([ex[name] for _, ex in parts]) for name in parts[0][1]}
+        return block, extras
 
     @staticmethod
     def _block(lay: Layout, cols: list[Sequence[bytes]], lines: Any) -> tuple[np.ndarray, dict]:

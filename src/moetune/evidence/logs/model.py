@@ -155,8 +155,10 @@ class IterationTable:
     def col(self, name: str) -> np.ndarray:
         """One column as a numpy array (a copy)."""
         if name in self.extra_losses:
-            out = np.full(self._n, np.nan)
             v = self.extra_losses[name].values()
+            if len(v) == self._n:
+                return v
+            out = np.full(self._n, np.nan)
             out[: len(v)] = v
             return out
         self._flush_rows()

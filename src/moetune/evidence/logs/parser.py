@@ -38,6 +38,7 @@ from moetune.evidence.logs.recognisers import (
     MARK_RESTART,
     RECORDS,
     SIGNALS,
+    LineRoutes,
     nccl_info,
     offer,
 )
@@ -192,6 +193,9 @@ class Parser:
         self.timer_names: dict[bytes, str] = {}
         #: memory-report field key as printed -> its normalised name (see memory_text)
         self.memory_keys: dict[bytes, str] = {}
+        #: what this read remembers of the lines it offered to each registry (recognisers.LineRoutes)
+        self.record_routes = LineRoutes(RECORDS)
+        self.signal_routes = LineRoutes(SIGNALS)
         self.sources: set[str] = set()
         self.on_layout: Any = None
         self.append_row: Any = rec.iterations.append_values
@@ -274,6 +278,7 @@ class Parser:
             if m:
                 self.timer_match(line_no, m)
                 return
+            self.block = ""  # the line that ends the block (_continue_block would match the same line again)
         elif self.pending is None and not self.block and b"NCCL INFO" in line:
             nccl_info(self, line_no, line)  # on the raw line: it strips what it keeps
             return
@@ -289,8 +294,8 @@ class Parser:
 
     def offer(self, line_no: int, line: bytes) -> None:
         """Offer a cleaned line to the recognisers (records, then signals)."""
-        if not offer(RECORDS, self, line_no, line):
-            offer(SIGNALS, self, line_no, line)
+        if not offer(RECORDS, self, line_no, line, self.record_routes):
+            offer(SIGNALS, self, line_no, line, self.signal_routes)
 
     def reparse(self, line_no: int, line: bytes) -> None:
         """A line set aside for the bulk path that turned out not to be of its layout (seen while no record or
@@ -446,7 +451,7 @@ class Parser:
         body, rank = self.rank(line)
         head = P.MEMORY_HEAD.search(body)
         if head is None:
-            offer(SIGNALS, self, line_no, line)
+            offer(SIGNALS, self, line_no, line, self.signal_routes)
             return
         if self.pending is not None:
             self.close_pending(truncated=False)

@@ -156,6 +156,8 @@ function featureText(f, l) {
   if (f.tp_comm_overlap) parts.push("TP comm overlap");
   if (f.overlap_moe_expert_parallel_comm) parts.push("EP overlap" + (f.delay_wgrad_compute ? " + delayed wgrad" : ""));
   if (f.cuda_graph_scope && f.cuda_graph_scope.length && f.cuda_graph_impl !== "none") parts.push("graphs " + f.cuda_graph_scope.join(","));
+  if (f.moe_expert_rank_capacity_factor != null)
+    parts.push("rank capacity " + f.moe_expert_rank_capacity_factor + (f.moe_paged_stash ? " + paged stash" : ""));
   if (f.fine_grained_activation_offloading || f.optimizer_cpu_offload) parts.push("offload");
   return parts.join(", ") || "–";
 }
@@ -347,6 +349,9 @@ async function estimateArgsFor(c, planArgs) {
   if (f.cuda_graph_scope && f.cuda_graph_scope.length && f.cuda_graph_impl !== "none") a.cuda_graph_scope = f.cuda_graph_scope.join(",");
   if (f.fine_grained_activation_offloading && f.offload_modules && f.offload_modules.length) a.offload_modules = f.offload_modules.join(",");
   if (f.optimizer_cpu_offload) a.optimizer_offload = f.optimizer_offload_fraction;
+  if (f.moe_expert_rank_capacity_factor != null && estimateHas("rank_capacity_factor"))
+    a.rank_capacity_factor = String(f.moe_expert_rank_capacity_factor);
+  if (f.moe_paged_stash && estimateHas("paged_stash")) a.paged_stash = true;
   for (const [flag, field] of [["ep_overlap", "overlap_moe_expert_parallel_comm"], ["delay_wgrad", "delay_wgrad_compute"],
     ["fsdp", "use_megatron_fsdp"], ["tp_comm_overlap", "tp_comm_overlap"]]) if (estimateHas(flag)) a[flag] = !!f[field];
   return a;
