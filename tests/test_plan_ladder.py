@@ -102,7 +102,7 @@ def test_ladder_rest_bound_never_prunes_a_recordable_variant(lp, pick):
     search = P.Search(req)
     mode = (req.precisions[0], False)
     variants = [(j, d, g, ov) for j, (_, rec) in enumerate(search.rec_opts) for d in P._dispatcher_variants(req, lp)
-                for g in P._graph_variants(req, rec) for ov in P._overlap_variants(req, lp, rec)]
+                for g in P._graph_variants(req, rec, d) for ov in P._overlap_variants(req, lp, rec)]
     step = {}
     for j, d, g, ov in variants:
         rec = search.rec_opts[j][1]
@@ -179,7 +179,7 @@ def test_offload_bound_never_prunes_a_recordable_variant(lp):
         extra = {"cpu_offloading": True, "cpu_offloading_num_layers": n}
         copies.append(T.estimate_walls(search.job_of(lp, search.features(mode, lp, {**none, **extra}))).stage_offload)
         for d in P._dispatcher_variants(req, lp):
-            for g in P._graph_variants(req, none):
+            for g in P._graph_variants(req, {**none, **extra}, d):
                 for ov in P._overlap_variants(req, lp, none):
                     job = search.job_of(lp, search.features(mode, lp, {**none, **extra, **d, **ov, **g}))
                     steps.append(T.estimate_time(job).step_time_s)

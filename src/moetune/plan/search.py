@@ -951,12 +951,13 @@ class Search:
         req = self.req
         rec = self.rec_opts[j][1]
         rest = [r for _, r in self.rec_opts[j:]]
-        graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in _graph_variants(req, r)}
         overlap = any(ov["overlap_moe_expert_parallel_comm"] for r in rest for ov in _overlap_variants(req, lp, r))
         prev = self.best_by_layout.get(lp.key())
         own = _recomputes_dispatch(rec)
         for disp in _dispatcher_variants(req, lp):
             dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
+            # the CUDA-graph variants :meth:`consider` prices with this dispatcher under the rest of the ladder
+            graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in _graph_variants(req, r, disp)}
             if all((*dk, *g) in fitted for g in graphs):
                 continue
             if own:
