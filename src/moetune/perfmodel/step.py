@@ -806,6 +806,7 @@ class LayerPrice:
     exp: float  #: expert GEMMs (fwd + bwd)
     host: float  #: host launch time
     sync: float  #: host syncs (dropless dispatch)
+    rec_a2a: float = 0.0  #: the recomputed EP dispatch/combines included in ``rec`` (full or ``moe`` recompute)
 
 
 @memo(maxsize=65536)
@@ -828,7 +829,7 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
                       a2a=4 * a2a_one, exp=3 * g_exp,
                       host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
                                           native_us=q.native_launch_us),
-                      sync=lt.launches.syncs * q.host_sync_us * 1e-6)
+                      sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
 
 
 @memo(maxsize=65536)
@@ -850,6 +851,17 @@ class StepWalls:
     #: per stage, the walls no feature variant shortens (compute, recompute, TP, CP), for the planner's bounds
     stage_floor: list[float]
     stage_a2a: list[float]  #: per stage, EP dispatch/combine seconds before any hiding (planner bounds)
+    #: per stage, the recomputed EP dispatch/combine seconds included in its ``stage_floor`` (planner bounds)
+    stage_rec_a2a: list[float]
+    #: per stage, the exposed host-copy seconds of layer-level CPU offloading (not in ``stage_floor``; planner bounds)
+    stage_offload: list[float]
+    #: per stage, the most compute EP overlap can hide the dispatch/combine behind: the stage's compute plus a third of
+    #: its expert GEMMs (the partner of :func:`moetune.perfmodel.schedule.ep_exposed` with delayed wgrad; planner bounds)
+    stage_partner: list[float]
+    #: SM share of the dispatcher's kernels (charged on the hidden EP time under EP overlap; planner bounds)
+    sm_frac: float
+    #: the once-per-step host time inside ``walls["host"]`` (:func:`_step_host`; planner bounds)
+    step_host: float
     ep_overlap_eff: float  #: the ``ep_overlap_eff`` parameter the walls were priced with
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
@@ -904,9 +916,14 @@ def stage_a2a_seconds(job: Job, efficiency: Efficiency | None = None) -> list[fl
     """``estimate_walls(job).stage_a2a`` (the same values, one implementation: :func:`_stage_a2a` of the prices of
     :func:`_layer_prices`) without the rest of :func:`evaluate`: what the planner's EP bound reads of the base job
     with another dispatcher."""
+    return stage_a2a_and_sm(job, efficiency)[0]
+
+
+def stage_a2a_and_sm(job: Job, efficiency: Efficiency | None = None) -> tuple[list[float], float]:
+    """:func:`stage_a2a_seconds` and the SM share of the job's dispatcher kernels (``StepWalls.sm_frac``)."""
     eff = resolve_efficiency(efficiency)
     prof = build_profile(job, eff)
-    _, _, priced = _layer_prices(prof, eff)
+    _, sm_frac, priced = _layer_prices(prof, eff)
     done: dict[StageWork, float] = {}
     out = []
     for st in prof.stages:
@@ -914,7 +931,7 @@ def stage_a2a_seconds(job: Job, efficiency: Efficiency | None = None) -> list[fl
         if a is None:
             a = done[st] = _stage_a2a(st, priced)
         out.append(a)
-    return out
+    return out, sm_frac
 
 
 def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
@@ -928,7 +945,9 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     sharp = r.host_queue_sharpness
     host_exposed = H.host_exposed
     # per stage: (compute, recompute, comm_tp, comm_cp, comm_ep, host, gemm, attn, mem, EP dispatch/combine before
-    # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor)
+    # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor, the
+    # offload wall, the recomputed dispatch/combines inside recompute and the largest EP-overlap partner (planner
+    # bounds))
     stage_walls: list[tuple[float, ...]] = []
     done: dict[StageWork, tuple[float, ...]] = {}  # stages shared by object (identical work) are priced once
     for st in prof.stages:
@@ -937,7 +956,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             stage_walls.append(w)
             continue
         comp = rec = ctp = ccp = gemm = attn = mem = 0.0
-        exp_tot = 0.0
+        exp_tot = rec_a2a = 0.0
         host_gap = 0.0
         for key, n in st.layer_counts.items():
             p = priced[key]
@@ -946,6 +965,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             attn += n * p.attn
             mem += n * p.mem
             rec += n * p.rec
+            rec_a2a += n * p.rec_a2a
             ctp += n * p.tp
             ccp += n * p.cp
             exp_tot += n * p.exp
@@ -973,7 +993,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
                    if prof.offload_bytes and st.layers else 0.0)
         # the per-microbatch time: sum() of the walls in this order (the same additions as summing them by name)
         w = (comp, rec, ctp, ccp, ep_exp, host_gap, gemm, attn, mem, a2a_tot,
-             sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp)
+             sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp, rec_a2a,
+             comp + exp_tot / 3.0)
         stage_walls.append(w)
         done[st] = w
     per_mb = [w[10] for w in stage_walls]
@@ -1006,6 +1027,8 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     detail = {"gemm": m * b_gemm, "attention": m * b_attn, "memory_bound": m * b_mem}
     return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
                      stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
+                     stage_rec_a2a=[w[13] for w in stage_walls], stage_offload=[w[12] for w in stage_walls],
+                     stage_partner=[w[14] for w in stage_walls], sm_frac=sm_frac, step_host=step_host,
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 

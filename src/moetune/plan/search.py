@@ -54,8 +54,9 @@ from moetune.perfmodel.memory import (
     reserved_peaks,
     weight_and_optimizer_bytes,
 )
-from moetune.perfmodel.schedule import pipeline_step
-from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_seconds
+from moetune.perfmodel.schedule import pipeline_step, sm_contention
+from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_and_sm
+from moetune.plan.ladder import ladder_cores
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
 from moetune.spec.features import Features
@@ -475,6 +476,7 @@ class _StageA2A(NamedTuple):
     """What :func:`_schedule_floor` reads of a dispatcher's estimate: per stage, its EP dispatch/combine seconds."""
 
     stage_a2a: list[float]
+    sm_frac: float  #: SM share of the dispatcher's kernels
 
 
 class SharedBound:
@@ -539,6 +541,8 @@ class Search:
         self.limits = SpaceLimits(mbs_options=req.mbs_options, fix=dict(req.fix))
         self.rec_opts = _recompute_options(req.model, req.max_recompute,
                                            str(req.fix["recompute"]) if "recompute" in req.fix else None)
+        #: per ladder option: whether every later option recomputes at least what it does (:meth:`ladder_rest_pruned`)
+        self._ladder_cores = ladder_cores(self.rec_opts)
         self.starts = starts if starts is not None else plan_starts(req)
         self.k = max(req.top, 1)
         self.eff = resolve_efficiency(req.efficiency)  # resolved once
@@ -610,7 +614,7 @@ class Search:
 
     def pass_2(self) -> None:
         """Best-first by the variant floor: fit recompute (least first) and price the variants of each layout."""
-        floor_rank, floor_rec = self.rec_opts[-1]
+        floor_rec = self.rec_opts[-1][1]
         queue = sorted(self.queue, key=lambda x: (x[0], x[1]))
         for i, (floor, _, lp, mode, sched_floor) in enumerate(queue):
             report(i, len(queue), "layouts")
@@ -631,28 +635,40 @@ class Search:
                 self.pruned_mem += 1
                 self.note_miss(over, lp, mode)
                 continue
-            self.layer_offload(lp, mode)
-            fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
-            for rank, rec in self.rec_opts:
-                if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
-                    continue
-                if rank and len(self.best) >= self.k:
-                    # recompute adds to the invariant walls: re-bound before pricing this layout's variants
-                    if self.option_floor(lp, mode, rec) > self.kth_best():
-                        self.pruned_bound += 1
-                        break
-                    if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
-                        # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
-                        # on exactly as after pricing them: it stops once every variant has fitted
-                        self.pruned_bound += 1
-                        if self.consider(lp, mode, rank, rec, dry=True, fitted=fitted) == ALL_FIT:
-                            break
-                        continue
-                if self.consider(lp, mode, rank, rec, fitted=fitted) == ALL_FIT:
-                    # every variant has its least recompute that fits. While some variant (CUDA graphs, another
-                    # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
-                    # can make room for a feature that saves more than the recompute costs
+            self.retune(lp, mode)
+
+    def retune(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
+        """Retune a layout whose floor fits: layer-level CPU offloading where it applies (:meth:`layer_offload`), then
+        the recompute ladder, least recompute first (module docstring step 2)."""
+        floor_rank = self.rec_opts[-1][0]
+        self.layer_offload(lp, mode)
+        fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
+        for j, (rank, rec) in enumerate(self.rec_opts):
+            if (j and self.schedule_bound and self._ladder_cores[j] and len(self.best) >= self.k
+                    and self.ladder_rest_pruned(lp, mode, j, fitted)):
+                # no variant left to fit can be recorded under this option or any later one: the rest of the
+                # ladder would record nothing (its fit tests and option bounds are skipped)
+                self.pruned_bound += 1
+                break
+            if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
+                continue
+            if rank and len(self.best) >= self.k:
+                # recompute adds to the invariant walls: re-bound before pricing this layout's variants
+                if self.option_floor(lp, mode, rec) > self.kth_best():
+                    self.pruned_bound += 1
                     break
+                if self.schedule_bound and self.ep_floor(lp, mode, rec) > self.kth_best():
+                    # none of this option's variants can be recorded (:func:`_schedule_floor`); the ladder goes
+                    # on exactly as after pricing them: it stops once every variant has fitted
+                    self.pruned_bound += 1
+                    if self.consider(lp, mode, rank, rec, dry=True, fitted=fitted) == ALL_FIT:
+                        break
+                    continue
+            if self.consider(lp, mode, rank, rec, fitted=fitted) == ALL_FIT:
+                # every variant has its least recompute that fits. While some variant (CUDA graphs, another
+                # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
+                # can make room for a feature that saves more than the recompute costs
+                break
 
     def layer_offload(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """Layer-level CPU activation offloading as the alternative to recompute of a PP-1 layout that does not fit
@@ -673,9 +689,14 @@ class Search:
             return
         nl = req.model.num_layers
         host_gb = req.system.host_memory_gb_per_gpu  # the offloaded activations live in (pinned) host memory
+        counts = [min(max(1, -(-k * nl // 8)), nl - 1) for k in LAYER_OFFLOAD_EIGHTHS]  # non-decreasing
+        if (counts and counts[0] >= 1 and self.schedule_bound and len(self.best) >= self.k
+                and self.offload_pruned(lp, mode, {**none, "cpu_offloading": True,
+                                                   "cpu_offloading_num_layers": counts[0]})):
+            self.pruned_bound += 1
+            return
         tried: set[int] = set()
-        for k in LAYER_OFFLOAD_EIGHTHS:
-            n = min(max(1, -(-k * nl // 8)), nl - 1)
+        for n in counts:
             if n in tried or n < 1:
                 continue
             tried.add(n)
@@ -686,6 +707,28 @@ class Search:
             if self.fits(lp, feats):
                 self.consider(lp, mode, 1, none, extra)
                 return
+
+    def offload_pruned(self, lp: LayoutPoint, mode: tuple[str, bool], upd: dict) -> bool:
+        """Whether no variant :meth:`layer_offload` could price can be recorded, from the job ``upd`` (no recompute,
+        the fewest layers it offloads, base features). Each variant's step time is at least the :func:`_schedule_floor`
+        of that job with its dispatcher's dispatch/combine seconds (without EP overlap where the layout allows none)
+        plus, per stage, the exposed offload copies of that job (``more=stage_offload``). Proof: EP overlap, delayed
+        wgrad, CUDA graphs and the dispatcher leave a stage's compute, TP and CP walls unchanged (:func:`_schedule_floor`)
+        and so the copies' exposed time too (:func:`moetune.perfmodel.schedule.offload_exposed` of the same layer time,
+        and of the saved bytes of the offloaded layers, which no dispatcher or graph scope changes); offloading more
+        layers copies a superset of the bytes behind a window of L // N layers that does not grow, so every term of the
+        exposed time is at least as large. A variant is recorded only below its layout's best so far and at most at
+        the k-th best (:meth:`consider`)."""
+        req = self.req
+        res = self.time_of(lp, self.features(mode, lp, upd))
+        overlap = any(ov["overlap_moe_expert_parallel_comm"] for ov in _overlap_variants(req, lp, upd))
+        prev = self.best_by_layout.get(lp.key())
+        for disp in _dispatcher_variants(req, lp):
+            bound = _schedule_floor(res, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
+                                    more=res.stage_offload)
+            if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
+                return False
+        return True
 
     def offload_pass(self) -> None:
         """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256
@@ -888,6 +931,52 @@ class Search:
 
         return bound
 
+    def ladder_rest_pruned(self, lp: LayoutPoint, mode: tuple[str, bool], j: int, fitted: set[tuple]) -> bool:
+        """Whether no variant the recompute ladder of a layout has still to fit can be recorded under option ``j`` or
+        any later one, so that :meth:`pass_2` may end the ladder before option ``j`` (it would record nothing).
+
+        Option ``j`` must recompute no more than any later option (:func:`moetune.plan.ladder.ladder_cores`). A
+        variant the ladder may still price has a (dispatcher, CUDA graphs) pair not in ``fitted`` (those fitted under a
+        lesser option are not priced again, :meth:`consider`) and one of the options ``j``..end. Its step time is at
+        least the :func:`_schedule_floor` of option ``j`` with its dispatcher: that of the job of option ``j`` with the
+        dispatcher where the recompute re-runs the EP dispatch and combine (:func:`_recomputes_dispatch`), else that
+        of option ``j``'s base job with the dispatcher's dispatch/combine seconds (:meth:`variant_bounds`, same proof),
+        without EP overlap where no later option allows it (:func:`_overlap_variants`). Proof: the floor bounds every
+        variant of option ``j`` with that dispatcher (:func:`_schedule_floor`), and a later option adds at least the
+        same recompute seconds to every stage (:mod:`moetune.plan.ladder`; float sums of the same non-negative terms
+        in another order differ by far less than the floor's relative 1e-9). A variant is recorded only when its step
+        is below its layout's best so far and at most the k-th best (:meth:`consider`); both only fall as the search
+        goes on, so a bound at least the first or above the second rules the variant out for the rest of the ladder.
+        """
+        req = self.req
+        rec = self.rec_opts[j][1]
+        rest = [r for _, r in self.rec_opts[j:]]
+        overlap = any(ov["overlap_moe_expert_parallel_comm"] for r in rest for ov in _overlap_variants(req, lp, r))
+        prev = self.best_by_layout.get(lp.key())
+        own = _recomputes_dispatch(rec)
+        for disp in _dispatcher_variants(req, lp):
+            dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
+            # the CUDA-graph variants :meth:`consider` prices with this dispatcher under the rest of the ladder
+            graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in _graph_variants(req, r, disp)}
+            if all((*dk, *g) in fitted for g in graphs):
+                continue
+            if own:
+                # first without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
+                # dispatch/combines, plus this dispatcher's (:func:`_schedule_floor`, ``less``)
+                base = self.time_of(lp, self.features(mode, lp, rec))
+                bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
+                                        less=base.stage_rec_a2a)
+                if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
+                    continue
+                res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
+                bound = _schedule_floor(res, [res], ep_overlap=overlap)
+            else:
+                bound = _schedule_floor(self.time_of(lp, self.features(mode, lp, rec)),
+                                        [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap)
+            if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
+                return False
+        return True
+
     def note_miss(self, over: float, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """A layout whose most memory-saving recompute does not fit (by ``over`` GiB): one of the closest misses
         (its job is built for the five kept, in :meth:`result`) and, where allowed, a layout to offload."""
@@ -951,7 +1040,7 @@ class Search:
         if got is None:
             got = self._a2a_cache.get(key)
             if got is None:
-                got = self._a2a_cache[key] = _StageA2A(stage_a2a_seconds(self.job_of(lp, feats), self.eff))
+                got = self._a2a_cache[key] = _StageA2A(*stage_a2a_and_sm(self.job_of(lp, feats), self.eff))
         return got
 
     def mem_key(self, lp: LayoutPoint, feats: Features) -> tuple:
@@ -1119,7 +1208,8 @@ def variant_floor(t) -> float:
     return _walls_floor({w: t.walls[w].seconds for w in VARIANT_INVARIANT_WALLS})
 
 
-def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_overlap: bool = True) -> float:
+def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_overlap: bool = True,
+                    less: list[float] | None = None, more: list[float] | None = None) -> float:
     """Lower bound on the step time of every feature variant of a layout (any dispatcher, EP overlap, delayed wgrad,
     CUDA graphs, recompute), from the :func:`moetune.perfmodel.step.evaluate` result ``res`` of its base job and,
     optionally, those of the base job with each dispatcher the search tries (``by_dispatcher``: anything with their
@@ -1128,25 +1218,57 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
     Proof: a stage's compute, TP and CP walls do not change under these variants and recompute only adds
     (:data:`VARIANT_INVARIANT_WALLS`), so every stage's per-microbatch time is at least its ``stage_floor`` plus its
     exposed EP time (host time is >= 0). The exposed EP time of a stage (:func:`moetune.perfmodel.schedule.ep_exposed`
-    plus the flex dispatcher's SM share, >= 0) is at least (1 - ep_overlap_eff) x its dispatch/combine time
-    ``stage_a2a``, which depends only on the dispatcher (bytes and rates; not on overlap, graphs or recompute): the
-    minimum over the dispatchers bounds every variant (without ``by_dispatcher`` the EP term is 0). The slowest
+    plus the flex dispatcher's SM share, >= 0) is at least its dispatch/combine time ``stage_a2a`` = A less
+    H + ``sm_contention``(H, s), H = ep_overlap_eff x min(A, P) x (1 - 1/m), P the most compute the overlap can hide
+    it behind (``stage_partner``: the stage's compute plus a third of its expert GEMMs, the partner with delayed
+    wgrad) and s the dispatcher's SM share (``sm_frac``): ``ep_exposed`` hides ep_overlap_eff x min(A, partner) x
+    (1 - 1/m) = h <= H, and the exposed time A - h + sm_contention(h, s) falls as h grows where sm_contention(1, s)
+    <= 1 (else it is at least A, the term taken then; with ep_overlap_eff outside [0, 1] the term is 0). A and s depend
+    only on the dispatcher (bytes and rates; not on overlap, graphs or recompute) and P on none of these variants
+    (compute and expert GEMMs are variant-invariant, :data:`VARIANT_INVARIANT_WALLS`): the least term over the
+    dispatchers bounds every variant (without ``by_dispatcher`` the EP term is 0). The slowest
     stage's time S_max is then at least the maximum over stages of these sums. The step is the steady state plus the
-    bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv and the
-    optimizer step (variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is taken off for rounding.
+    bubble of :func:`moetune.perfmodel.schedule.pipeline_step` (non-decreasing in S_max) plus PP send/recv, the
+    optimizer step and the once-per-step host time (``step_host``: the optimizer's launches against its GPU time, on
+    the rank with the most parameter tensors; all variant-invariant) plus the DP exposure (>= 0). A relative 1e-9 is
+    taken off for rounding.
 
     ``ep_overlap=False`` bounds only the variants without EP overlap (:meth:`Search.consider` bounds each variant by
     its own): without it a stage's exposed EP time is its whole ``stage_a2a`` (:func:`moetune.perfmodel.schedule.
     ep_exposed` returns the dispatch/combine time unchanged, and the flex dispatcher's SM share is charged only
     under overlap, :func:`moetune.perfmodel.step.evaluate`), so the factor is 1 instead of (1 - ep_overlap_eff).
+
+    ``less`` (per stage, >= 0) is taken off each stage's floor first: with ``res.stage_rec_a2a`` (the recomputed
+    dispatch/combines of ``res``'s dispatcher) the floor bounds the variants of ``res``'s recompute option with any
+    dispatcher - theirs are >= 0, and the rest of the stage floor does not depend on the dispatcher. Taking off a
+    part of a float sum leaves an error of the order of the sum's last bit, far below the relative 1e-9.
+
+    ``more`` (per stage, >= 0) is added to each stage's floor: seconds that every variant bounded adds to the stage's
+    per-microbatch time besides the floor and the EP time, such as the exposed host copies of layer-level CPU
+    offloading (``res.stage_offload``, a term of the per-microbatch time in :func:`moetune.perfmodel.step.evaluate`).
     """
     m, pp, vpp = res.schedule
-    per_stage = res.stage_floor
+    per_stage = res.stage_floor if less is None else [x - y for x, y in zip(res.stage_floor, less, strict=True)]
+    if more is not None:
+        per_stage = [x + y for x, y in zip(per_stage, more, strict=True)]
     if by_dispatcher:
-        keep = min(max(1.0 - res.ep_overlap_eff, 0.0), 1.0) if ep_overlap else 1.0
-        per_stage = [x + keep * min(d.stage_a2a[p] for d in by_dispatcher) for p, x in enumerate(per_stage)]
+        eff = res.ep_overlap_eff if ep_overlap else 0.0
+        if 0.0 <= eff <= 1.0:
+            late = 1 - 1 / max(m, 1)
+            per_stage = [x + min(_ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], res.stage_partner[p]) * late,
+                                          d.sm_frac if ep_overlap else 0.0) for d in by_dispatcher)
+                         for p, x in enumerate(per_stage)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
-    return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"]) * (1.0 - 1e-9)
+    return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"] + res.step_host) * (1.0 - 1e-9)
+
+
+def _ep_term(a2a: float, hidden: float, sm_frac: float) -> float:
+    """The least exposed EP time of :func:`_schedule_floor`: ``a2a`` less at most ``hidden`` seconds hidden, plus
+    the SM contention charged on what is hidden (:func:`moetune.perfmodel.schedule.sm_contention`) where that falls
+    as more is hidden, else ``a2a``."""
+    if sm_contention(1.0, sm_frac) <= 1.0:
+        return a2a - hidden + sm_contention(hidden, sm_frac)
+    return a2a
 
 
 def _recomputes_dispatch(rec: dict) -> bool:
