@@ -600,7 +600,7 @@ def _layer_types(model: ModelArch, first_kinds: tuple[tuple[int, bool], ...], fe
 
 
 @memo(maxsize=16384)
-def _recompute_selection(feat: Features, first_rank_layers: int, v: int
+def recompute_selection(feat: Features, first_rank_layers: int, v: int
                          ) -> tuple[dict[int, float], float, float, tuple[str, ...]]:
     """(tag -> fraction of its forward recomputed, A2As recomputed per MoE layer, fraction of full recompute, notes)
     of the recompute features; ``first_rank_layers``: decoder layers of PP rank 0, ``v``: VPP. Read only."""
@@ -635,7 +635,7 @@ def _recompute_selection(feat: Features, first_rank_layers: int, v: int
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     """Work of every pipeline stage of ``job`` for one microbatch (see module doc). The layout's part
     (:func:`_layout_work`), the layer kinds' work (:func:`_layer_types`) and the recompute selection
-    (:func:`_recompute_selection`) are memoised on what they read."""
+    (:func:`recompute_selection`) are memoised on what they read."""
     eff = eff or default_efficiency()
     model, lay, feat = job.model, job.layout, job.features
     seq, mbs = job.seq_length, job.micro_batch_size
@@ -650,7 +650,7 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     v = split.vpp
     types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
                          job.system.nvlink_domain, kernels)
-    rf, rec_a2a, full_frac, notes = _recompute_selection(feat, len(split.layers[0]), v)
+    rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), v)
     assumptions.extend(notes)
     # PP send/recv of one microbatch's activations at a stage boundary
     t_a, tp, h = seq * mbs / lay.cp, lay.tp, model.hidden_size

@@ -3,7 +3,7 @@
 
 The step model prices recompute as additions only (:func:`moetune.perfmodel.step._price`,
 :func:`moetune.perfmodel.step._price_layer`): a selective option adds, per layer kind, the forward seconds of the
-work rows whose tag it recomputes (:func:`moetune.perfmodel.step._recompute_selection`: tag -> fraction) plus
+work rows whose tag it recomputes (:func:`moetune.perfmodel.step.recompute_selection`: tag -> fraction) plus
 ``recompute_a2a`` x one EP dispatch/combine; full recompute adds ``full_frac`` x the whole forward (every tag) plus
 ``2 x full_frac`` dispatch/combines. Every added term is >= 0, and nothing else of a stage's time floor (compute, TP,
 CP) depends on the recompute option. So where option ``small`` recomputes a subset of what option ``big`` recomputes
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from moetune.perfmodel.step import _recompute_selection
+from moetune.perfmodel.step import recompute_selection
 from moetune.spec.features import Features
 
 #: what :func:`recompute_terms` returns for full recompute of every layer (uniform method): it adds the whole forward
@@ -26,13 +26,13 @@ EVERYTHING = "everything"
 
 def recompute_terms(rec: dict[str, Any]) -> Any:
     """What recompute option ``rec`` (a :func:`moetune.plan.search._recompute_options` update) adds to a layer's
-    recompute seconds, as :func:`moetune.perfmodel.step._recompute_selection` reads it: ``(tag -> fraction, recompute
+    recompute seconds, as :func:`moetune.perfmodel.step.recompute_selection` reads it: ``(tag -> fraction, recompute
     A2As per MoE layer)``; :data:`EVERYTHING` for uniform full recompute (``full_frac`` = 1: the whole forward, 2
     A2As); None for block full recompute (its fraction depends on the layout: comparable with nothing)."""
     f = Features().model_copy(update=rec)
     if f.recompute_granularity == "full":
         return EVERYTHING if f.recompute_method != "block" else None
-    rf, rec_a2a, full_frac, _ = _recompute_selection(f, 1, 1)
+    rf, rec_a2a, full_frac, _ = recompute_selection(f, 1, 1)
     return (dict(rf), rec_a2a)
 
 

@@ -1275,7 +1275,7 @@ def _recomputes_dispatch(rec: dict) -> bool:
     """Whether recompute option ``rec`` (a :func:`_recompute_options` update) re-runs the EP dispatch and combine,
     so that its recompute wall depends on the dispatcher: full recompute of a MoE layer re-runs them
     (:func:`moetune.perfmodel.step._price_layer`: ``2 x`` one dispatch/combine per recomputed fraction), and so does
-    selective ``moe`` recompute (``recompute_a2a`` of :func:`moetune.perfmodel.step._recompute_selection`)."""
+    selective ``moe`` recompute (``recompute_a2a`` of :func:`moetune.perfmodel.step.recompute_selection`)."""
     return rec.get("recompute_granularity") == "full" or "moe" in (rec.get("recompute_modules") or ())
 
 
