@@ -249,3 +249,67 @@ def test_reproduce_line_parses_back():
     assert line.startswith("moetune estimate ") and "--recipe" in line
     est = invoke(*shlex.split(line)[1:])
     assert est["time"]["step_time_s"] == out["candidates"][0]["time"]["step_time_s"]
+
+
+# ----- models without a Bridge perf recipe start from the perf launcher's common settings ---------------------------
+
+
+def _published(model: str, system: str, gpus: int, precision: str, **lay):
+    from moetune.io.load import build_published_job
+
+    kw = {"gbs": 128, "mbs": 1, "seq": 8192, "tp": 4, "pp": 8, "cp": 1, "vp": 4, "ep": 1, **lay}
+    return build_published_job(model=get_model(model), system=system, gpus=gpus, precision=precision, **kw)
+
+
+def test_published_llama_job_gets_the_perf_launchers_common_settings():
+    """Llama has no perf recipe in the catalog: its published job reduces gradients in BF16 (4 -> 2 bytes of main
+    grads), gathers FP8 params under MXFP8 as Bridge's precision config does, and uses expandable segments."""
+    from moetune.io.load import PERF_COMMON
+    from moetune.perfmodel.memory import grad_buffer_bytes
+
+    job = _published("LLAMA3.1_405B", "GB300", 256, "mxfp8", pp=8, cp=2)
+    f = job.features
+    assert {k: getattr(f, k) for k in PERF_COMMON} == PERF_COMMON
+    assert f.grad_reduce_in_fp32 is False and grad_buffer_bytes(f) == 2
+    assert f.fp8_param_gather is True and f.expandable_segments is True
+    assert f.hidden_dropout == 0.0 and f.tp_comm_overlap is True
+    assert any("perf launcher's common settings" in a for a in job.assumptions)
+    bf16 = _published("LLAMA3.1_405B", "GB300", 256, "bf16", pp=8, cp=2).features
+    assert bf16.fp8_param_gather is False and bf16.grad_reduce_in_fp32 is False
+
+
+def test_published_job_of_a_model_with_a_recipe_keeps_the_recipe_features():
+    """A model with a perf recipe prices from the recipe, which already carries the common settings."""
+    from moetune.io.load import PERF_COMMON, find_perf_recipe, recipe_job
+
+    model, system = get_model("DeepSeek-V3"), get_system("GB200")
+    assert find_perf_recipe(model, system, 256, "mxfp8") is not None
+    job = _published("DeepSeek-V3", "GB200", 256, "mxfp8", tp=1, pp=4, vp=4, ep=64)
+    rjob, _ = recipe_job(model, system, 256, "mxfp8")
+    for k in ("grad_reduce_in_fp32", "recompute_modules", "moe_flex_dispatcher_backend", "cuda_graph_scope",
+              "main_grads_dtype", *PERF_COMMON):
+        assert getattr(job.features, k) == getattr(rjob.features, k), k
+    assert not any("perf launcher's common settings" in a for a in job.assumptions)
+
+
+def test_llama_estimate_and_plan_start_from_the_perf_common_settings_recipe_none_from_library_defaults():
+    args = ("--model", "LLAMA3_70B", "--system", "GB200", "--gpus", "64", "--gbs", "128", "--seq", "8192",
+            "--precision", "mxfp8")
+    est = invoke("estimate", *args, "--tp", "2", "--pp", "4", "--vpp", "5")
+    f = est["job"]["features"]
+    assert f["grad_reduce_in_fp32"] is False and f["manual_gc"] is True and f["fp8_param_gather"] is True
+    assert f["cross_entropy_fusion_impl"] == "te" and f["expandable_segments"] is True
+    assert any("perf launcher's common settings" in a for a in est["assumptions"])
+    lib = invoke("estimate", *args, "--tp", "2", "--pp", "4", "--vpp", "5", "--recipe", "none")
+    assert lib["job"]["features"]["grad_reduce_in_fp32"] is True and lib["job"]["features"]["manual_gc"] is False
+    assert est["memory"]["peak_allocated_gib"] < lib["memory"]["peak_allocated_gib"]  # BF16 main grads
+    plan = invoke("plan", *args, "--top", "1")
+    top = plan["candidates"][0]
+    assert top["features"]["grad_reduce_in_fp32"] is False and top["features"]["manual_gc"] is True
+    launch = [x for k in ("bridge_overrides", "bridge_overrides_tuning") for x in top["launch"][k]]
+    assert "mixed_precision.grad_reduce_in_fp32=false" in launch and "train.manual_gc=true" in launch
+    # the reproduce line names the same start, so estimate rebuilds the candidate's job
+    assert top["reproduce"].endswith("--recipe perf-common")
+    again = invoke(*shlex.split(top["reproduce"])[1:])
+    assert again["job"]["features"] == top["features"]
+    assert again["time"]["step_time_s"] == pytest.approx(top["time"]["step_time_s"])

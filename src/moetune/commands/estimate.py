@@ -172,8 +172,10 @@ def register(app: typer.Typer) -> None:
         overrides: Annotated[list[str] | None, typer.Argument(help="Hydra-style overrides for --recipe / --bridge-config "
                                                                "(model.tensor_model_parallel_size=4).")] = None,
         recipe: Annotated[str | None, typer.Option(
-            "--recipe", help="Start from this Bridge perf recipe (`moetune recipes`); 'none' = library defaults. "
-                             "Default: the recipe of the same model/system/precision when one exists.")] = None,
+            "--recipe", help="Start from this Bridge perf recipe (`moetune recipes`); 'none' = library defaults, "
+                             "'perf-common' = library defaults with the perf launcher's common settings. "
+                             "Default: the recipe of the same model/system/precision when one exists, else "
+                             "'perf-common'.")] = None,
         model: Annotated[str | None, typer.Option(help="Catalog model name or HF config.json path.")] = None,
         system: Annotated[str | None, typer.Option(help="Catalog system (default DGX-H100).")] = None,
         gpus: Annotated[int | None, typer.Option(help="World size.")] = None,

@@ -71,8 +71,9 @@ def register(app: typer.Typer) -> None:
     def plan_cmd(
         recipe: Annotated[str | None, typer.Option(
             "--recipe", help="Start from this Bridge perf recipe (`moetune recipes`): its model/system/GPUs/batch "
-                             "unless given, its non-searched settings kept; 'none' = library defaults. Default: the "
-                             "recipe of the same model/system/precision when one exists.")] = None,
+                             "unless given, its non-searched settings kept; 'none' = library defaults, 'perf-common' = "
+                             "library defaults with the perf launcher's common settings. Default: the recipe of the "
+                             "same model/system/precision when one exists, else 'perf-common'.")] = None,
         model: Annotated[str | None, typer.Option(help="Catalog model name or HF config.json path.")] = None,
         system: Annotated[str | None, typer.Option(help="Catalog system name or system YAML.")] = None,
         gpus: Annotated[int | None, typer.Option(help="World size.")] = None,
@@ -97,11 +98,12 @@ def register(app: typer.Typer) -> None:
         """Search layouts and features; rank what fits by predicted step time; emit a launchable config."""
         from moetune.catalog.models import get_model
         from moetune.catalog.systems import get_system
+        from moetune.io.load import RECIPE_NONE, RECIPE_PERF_COMMON
         from moetune.plan.search import DISPATCHERS, PlanRequest, plan, request_headroom
         from moetune.spec.features import parse_precision
 
         given = {"model": model, "system": system, "gpus": gpus, "gbs": gbs, "seq": seq, "precision": precision}
-        if recipe is not None and recipe.strip().lower() not in ("none", "off", "defaults", "library"):
+        if recipe is not None and recipe.strip().lower() not in RECIPE_NONE | RECIPE_PERF_COMMON:
             given = _recipe_defaults(recipe, given)
         used_default = [k for k, v in given.items() if v is None]
         vals = {k: (v if v is not None else DEFAULT[k]) for k, v in given.items()}

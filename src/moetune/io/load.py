@@ -13,8 +13,9 @@ the same name (``fsdp``, ``dispatcher``, ``ep_overlap``, ``delay_wgrad``, ``tp_c
 
 **Starting features** (:func:`starting_features`): the Bridge perf recipe for the same model / system / precision
 when one exists (the features Bridge benchmarks with; routing stays natural unless ``--recipe`` is named or
-``--force-balance`` given), else the library defaults (:func:`library_features`); ``--recipe none`` forces the
-defaults. The starting point is named in the job's assumptions.
+``--force-balance`` given), else the library defaults with the perf launcher's common settings
+(:func:`perf_common_features`: BF16 gradient reduction, manual GC, TE cross-entropy); ``--recipe none`` forces the
+library defaults (:func:`library_features`). The starting point is named in the job's assumptions.
 
 **Pipeline splits as Megatron does them** (:func:`pipeline_split`): an explicit ``--pipeline-layout``, or
 ``--num-layers-in-first/last-pipeline-stage``, or ``--account-for-embedding/loss-in-pipeline-split`` are checked with
@@ -43,6 +44,9 @@ from moetune.spec.system import System
 DEFAULT_SYSTEM = "DGX-H100"
 #: ``--recipe`` values that mean "no recipe: library defaults"
 RECIPE_NONE = frozenset({"none", "off", "defaults", "library"})
+#: ``--recipe`` values that mean "no recipe: library defaults with the perf launcher's common settings"
+#: (:func:`perf_common_features`, the start of a model without a perf recipe; what a plan's reproduce line writes)
+RECIPE_PERF_COMMON = frozenset({"perf-common", "perf_common"})
 
 #: ``--dispatcher`` names -> (moe_token_dispatcher_type, moe_flex_dispatcher_backend); MCore ``flex`` alone = DeepEP
 DISPATCHERS: dict[str, tuple[str, str | None]] = {
@@ -292,6 +296,25 @@ def library_features(model: ModelArch, precision: str) -> Features:
                     hidden_dropout=0.0, attention_dropout=0.0)
 
 
+#: the settings Megatron-Bridge's performance launcher gives every model, whatever its recipe: ``perf_recipes/
+#: _common.py`` ``_benchmark_common`` (``ddp.grad_reduce_in_fp32 = False`` and ``mixed_precision.grad_reduce_in_fp32
+#: = False``, ``train.manual_gc = True``, ``model.cross_entropy_fusion_impl = "te"``; ``_perf_precision`` keeps
+#: ``grad_reduce_in_fp32 = False`` when a recipe swaps its precision config) over the provider default
+#: ``cross_entropy_loss_fusion = True`` (``models/gpt_provider.py``); before the flat recipes the same per family in
+#: ``scripts/performance/configs/*/*_llm_pretrain.py`` (e.g. ``set_llama31_common_configs``, Bridge v0.3)
+PERF_COMMON: dict[str, Any] = {"grad_reduce_in_fp32": False, "manual_gc": True, "cross_entropy_loss_fusion": True,
+                               "cross_entropy_fusion_impl": "te"}
+
+
+def perf_common_features(model: ModelArch, precision: str) -> Features:
+    """The starting features of a model that has no Bridge perf recipe in the catalog (dense Llama, a user's model):
+    :func:`library_features` (the precision config's FP8 param gather, expandable segments, dense TP overlap) with the
+    performance launcher's common settings :data:`PERF_COMMON` (``perf_recipes/_common.py`` ``_benchmark_common`` /
+    ``_perf_precision``), which every catalog recipe already carries, so a model without a recipe is priced as NVIDIA
+    launches it. One place for the published-row jobs (:func:`build_published_job`) and :func:`starting_features`."""
+    return library_features(model, precision).model_copy(update=PERF_COMMON)
+
+
 #: canonical precision -> precision label of the Bridge perf recipe catalog
 RECIPE_PRECISION = {"bf16": "BF16", "fp16": "BF16", "fp8_cs": "FP8", "fp8_delayed": "FP8 (delayed scaling)",
                     "fp8_blockwise": "FP8 (subchannel/blockwise)", "mxfp8": "MXFP8", "nvfp4": "NVFP4"}
@@ -378,11 +401,17 @@ def starting_features(model: ModelArch, system: System, gpus: int, precision: st
     lib = library_features(model, precision)
     if recipe is not None and recipe.strip().lower() in RECIPE_NONE:
         return Start(lib, None, ("features: library defaults (--recipe none)",))
+    if recipe is not None and recipe.strip().lower() in RECIPE_PERF_COMMON:
+        return Start(perf_common_features(model, precision), None,
+                     ("features: library defaults with the Bridge perf launcher's common settings "
+                      "(--recipe perf-common)",))
     named = recipe is not None
     rec = get_recipe(recipe) if named else find_perf_recipe(model, system, gpus, precision)
     if rec is None:
-        return Start(lib, None, (f"no Bridge perf recipe for {model.name} on {system.name} ({precision}): "
-                                 "features from library defaults",))
+        return Start(perf_common_features(model, precision), None,
+                     (f"no Bridge perf recipe for {model.name} on {system.name} ({precision}): features from library "
+                      "defaults with the Bridge perf launcher's common settings (BF16 grad reduction, manual GC, TE "
+                      "cross-entropy)",))
     try:
         rjob = _recipe_job_cached(rec["name"], system, gpus, model, tuple(overrides))
     except MoetuneError as exc:
@@ -682,7 +711,7 @@ def load_job(fl: JobFlags, *, megatron_args: str | None = None, bridge_config: s
         system = fl.system if isinstance(fl.system, str) or fl.system is None else fl.system.name
         return job_from_files(megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides,
                               system=system, gpus=fl.gpus, model=model)
-    if fl.recipe is not None and fl.recipe.strip().lower() not in RECIPE_NONE:
+    if fl.recipe is not None and fl.recipe.strip().lower() not in RECIPE_NONE | RECIPE_PERF_COMMON:
         return job_from_recipe(fl.recipe, fl, tuple(overrides))
     if overrides:
         raise InputError(f"unexpected argument(s) {' '.join(overrides)} (overrides need --recipe or --bridge-config)")
@@ -736,8 +765,9 @@ def _recipe_split_applies(lay: Layout, recipe_layout: Layout | None) -> bool:
 
 def reproduce_args(job: Job, recipe: str | None, recipe_layout: Layout | None = None) -> list[str]:
     """``moetune estimate`` arguments that rebuild ``job`` exactly from flags: model, system, batch, the whole
-    layout (pipeline split included) and every feature of the vocabulary, starting from ``recipe`` (None: library
-    defaults, written ``--recipe none``). A uniform split is written as an explicit layout string where the recipe's
+    layout (pipeline split included) and every feature of the vocabulary, starting from ``recipe`` (None: no recipe,
+    written ``--recipe perf-common`` when ``job`` carries :data:`PERF_COMMON` - the settings outside the flag
+    vocabulary come only from the start - else ``--recipe none``). A uniform split is written as an explicit layout string where the recipe's
     own split (``recipe_layout``) would otherwise apply (:func:`pipeline_split`)."""
     from moetune.spec.pipeline import layout_to_str, stage_strings
 
@@ -765,8 +795,13 @@ def reproduce_args(job: Job, recipe: str | None, recipe_layout: Layout | None = 
         args.append("--account-for-loss-in-pipeline-split")
     feats = feature_args(job.features)  # every dimension explicit, so the line rebuilds the same job
     args += [f"--cp {lay.cp}", f"--ep {lay.ep}", f"--etp {lay.expert_tp}", *feats,
-             f"--recipe {recipe or 'none'}"]
+             f"--recipe {recipe or _no_recipe_start(job.features)}"]
     return args
+
+
+def _no_recipe_start(f: Features) -> str:
+    """The ``--recipe`` value of a start without a recipe whose features are ``f``'s (:func:`reproduce_args`)."""
+    return "perf-common" if all(getattr(f, k) == v for k, v in PERF_COMMON.items()) else "none"
 
 
 def reproduce_command(job: Job, recipe: str | None, recipe_layout: Layout | None = None) -> str:
@@ -783,10 +818,10 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
                         release: str | None = None) -> Job:
     """The Job of a published Bridge performance row (the "recipe path" of bench/steptime_accuracy.py and of
     ``moetune calibrate``): the table's layout and batch, features from the Bridge perf recipe for that
-    model/system/precision when one exists (else library defaults), routing force-balanced and dropless (the tables'
-    footnote). With the row's ``release``, the searched features (dispatcher, CUDA graphs, EP overlap, recompute,
-    offloading) are those of the workload preset the release was published with, where one has the row's layout
-    and batch (:mod:`moetune.catalog.release_configs`)."""
+    model/system/precision when one exists (else :func:`perf_common_features`), routing force-balanced and dropless
+    (the tables' footnote). With the row's ``release``, the searched features (dispatcher, CUDA graphs, EP overlap,
+    recompute, offloading) are those of the workload preset the release was published with, where one has the row's
+    layout and batch (:mod:`moetune.catalog.release_configs`)."""
     from moetune.catalog.release_configs import preset_features, release_preset
     from moetune.catalog.systems import get_system
 
@@ -815,8 +850,9 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     if vp is not None and vp > 1 and pp <= 1:
         vp = None
     if feats is None:
-        feats = Features()
-        notes.append("no Bridge perf recipe for this model/system/precision: library defaults")
+        feats = perf_common_features(model, precision)
+        notes.append("no Bridge perf recipe for this model/system/precision: library defaults with the perf "
+                     "launcher's common settings")
     if preset is not None:
         pupd, pnotes = preset_features(preset, sysm.gpu.name)
         if not model.is_moe:

@@ -103,7 +103,8 @@ class PlanRequest:
     #: ``index`` modulo ``count``
     partition: tuple[int, int] = (0, 1)
     #: where the features start (:func:`moetune.io.load.starting_features`): None = the Bridge perf recipe of the same
-    #: model / system / precision when one exists, a recipe name, or ``"none"`` (library defaults); the search
+    #: model / system / precision when one exists (else the perf launcher's common settings), a recipe name,
+    #: ``"perf-common"`` or ``"none"`` (library defaults); the search
     #: replaces the dimensions it searches and keeps the recipe's other settings
     recipe: str | None = None
     #: stop at the first configuration that fits (layouts visited best-first by their variant floor): whether
