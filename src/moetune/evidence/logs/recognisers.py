@@ -6,8 +6,7 @@ the line *and* whose handler returns True takes it. Triggers are plain byte lite
 ``memchr``-speed test), so a line reaches a regex only when it contains the literal that regex needs. A handler
 returning False lets the line go on to the next recogniser (a version banner may also name a GPU, …). Which
 recognisers a line reaches depends on its bytes alone, so each read answers that without a test per trigger where it
-can (:class:`LineRoutes`): one search of the alternation of all the registry's triggers (:class:`Registry`) sends a
-line holding none straight to the trigger-less recognisers, and a line seen again in the read is offered to the
+can (:class:`LineRoutes`): one search of the alternation of all the registry's triggers sends a line holding none straight to the trigger-less recognisers, and a line seen again in the read is offered to the
 candidates remembered for its bytes.
 
 Adding a log format is one registration::
@@ -60,104 +59,30 @@ MAX_MEMO_LINES = 1024
 MAX_MEMO_LINE_BYTES = 512
 
 
-class Registry(list):
-    """An ordered list of recognisers with one alternation regex of all their triggers (rebuilt after any change to
-    the list; ``version`` counts the changes, so a read's :class:`LineRoutes` drops what it remembered of an older
-    list); see :func:`offer`."""
-
-    _rx: re.Pattern[bytes] | None
-    _untriggered: tuple[Recogniser, ...]
-
-    def __init__(self, *args: Any) -> None:
-        super().__init__(*args)
-        self.version = 0
-
-    def _changed(self) -> None:
-        self.__dict__.pop("_rx", None)
-        self.version += 1
-
-    def candidates(self, line: bytes) -> tuple[Recogniser, ...]:
-        """The recognisers ``line`` is offered to, in order: those without triggers and those with one in the line."""
-        return tuple(r for r in self if not r.triggers or any(t in line for t in r.triggers))
-
-    def any_trigger(self) -> re.Pattern[bytes]:
-        """The compiled alternation of every trigger (longest first) and the recognisers without triggers."""
-        rx = self.__dict__.get("_rx")
-        if rx is None:
-            lits = sorted({t for r in self for t in r.triggers}, key=len, reverse=True)
-            rx = self._rx = re.compile(b"|".join(re.escape(t) for t in lits) or b"(?!)")
-            self._untriggered = tuple(r for r in self if not r.triggers)
-        return rx
-
-    def append(self, r: Recogniser) -> None:  # type: ignore[override]
-        super().append(r)
-        self._changed()
-
-    def __delitem__(self, key: Any) -> None:
-        super().__delitem__(key)
-        self._changed()
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)
-        self._changed()
-
-    def insert(self, index: Any, r: Recogniser) -> None:  # type: ignore[override]
-        super().insert(index, r)
-        self._changed()
-
-    def extend(self, rs: Any) -> None:  # type: ignore[override]
-        super().extend(rs)
-        self._changed()
-
-    def pop(self, index: Any = -1) -> Recogniser:  # type: ignore[override]
-        out = super().pop(index)
-        self._changed()
-        return out
-
-    def remove(self, r: Recogniser) -> None:  # type: ignore[override]
-        super().remove(r)
-        self._changed()
-
-    def clear(self) -> None:
-        super().clear()
-        self._changed()
-
-    def __iadd__(self, rs: Any) -> Registry:  # type: ignore[override]
-        out = super().__iadd__(rs)
-        self._changed()
-        return out
-
-    def sort(self, *args: Any, **kwargs: Any) -> None:
-        super().sort(*args, **kwargs)
-        self._changed()
-
-    def reverse(self) -> None:
-        super().reverse()
-        self._changed()
+def candidates(registry: list[Recogniser], line: bytes) -> tuple[Recogniser, ...]:
+    """The recognisers ``line`` is offered to, in order: those without triggers and those with one in the line."""
+    return tuple(r for r in registry if not r.triggers or any(t in line for t in r.triggers))
 
 
 class LineRoutes:
-    """What one read remembers of the lines it offered to one :class:`Registry`: the lines seen once, and the
-    candidate recognisers (:meth:`Registry.candidates`) of lines seen twice. It lives on the read's parser (one per
-    registry), so nothing outlives the read; both sets are bounded (:data:`MAX_SEEN_LINES`, :data:`MAX_MEMO_LINES`)."""
+    """What one read knows of the lines it offers to one registry: the registry's recognisers as the read found them,
+    one alternation regex of all their triggers (longest first), the lines seen once, and the candidate recognisers
+    (:func:`candidates`) of lines seen twice. It lives on the read's parser (one per registry), so nothing outlives
+    the read; both line sets are bounded (:data:`MAX_SEEN_LINES`, :data:`MAX_MEMO_LINES`)."""
 
-    __slots__ = ("registry", "version", "seen", "memo")
+    __slots__ = ("recognisers", "any_trigger", "untriggered", "seen", "memo")
 
-    def __init__(self, registry: Registry) -> None:
-        self.registry = registry
-        self.version = registry.version
+    def __init__(self, registry: list[Recogniser]) -> None:
+        self.recognisers = tuple(registry)
+        lits = sorted({t for r in self.recognisers for t in r.triggers}, key=len, reverse=True)
+        self.any_trigger = re.compile(b"|".join(re.escape(t) for t in lits) or b"(?!)")
+        self.untriggered = tuple(r for r in self.recognisers if not r.triggers)
         self.seen: set[bytes] = set()
         self.memo: dict[bytes, tuple[Recogniser, ...]] = {}
 
     def offered_to(self, line: bytes) -> tuple[Recogniser, ...] | None:
-        """:meth:`Registry.candidates` where it is known cheaply, else None (the caller tries the triggers one by
-        one): a line remembered at its second sight, or a line without any trigger (one search of
-        :meth:`Registry.any_trigger`)."""
-        reg = self.registry
-        if self.version != reg.version:
-            self.version = reg.version
-            self.seen.clear()
-            self.memo.clear()
+        """:func:`candidates` where it is known cheaply, else None (the caller tries the triggers one by one): a line
+        remembered at its second sight, or a line without any trigger (one search of :attr:`any_trigger`)."""
         if len(line) <= MAX_MEMO_LINE_BYTES:
             cands = self.memo.get(line)
             if cands is not None:
@@ -165,19 +90,18 @@ class LineRoutes:
             if line in self.seen:
                 if len(self.memo) >= MAX_MEMO_LINES:
                     self.memo.clear()
-                cands = self.memo[line] = reg.candidates(line)
+                cands = self.memo[line] = candidates(self.recognisers, line)
                 return cands
             if len(self.seen) >= MAX_SEEN_LINES:
                 self.seen.clear()
             self.seen.add(line)
-        rx = reg.any_trigger()
-        return reg._untriggered if rx.search(line) is None else None
+        return self.untriggered if self.any_trigger.search(line) is None else None
 
 
 #: record lines (iterations, memory, timers, configuration, versions …), offered first
-RECORDS: Registry = Registry()
+RECORDS: list[Recogniser] = []
 #: failure and window signals (profiler, checkpoints, NCCL, OOM, tracebacks …), offered after RECORDS
-SIGNALS: Registry = Registry()
+SIGNALS: list[Recogniser] = []
 
 
 def recogniser(registry: list[Recogniser], name: str, *triggers: bytes) -> Callable[[Handler], Handler]:
@@ -196,9 +120,9 @@ def offer(registry: list[Recogniser], parser: Any, line_no: int, line: bytes,
 
     Which recognisers a line reaches depends on its bytes alone (a trigger in it, or none declared), so a
     read's :class:`LineRoutes` for the registry answers it without a search per trigger where it can: a line seen
-    before (at its second sight, :meth:`Registry.candidates` once) is offered to its remembered candidates; a line in
-    which one search of the registry's alternation regex (:meth:`Registry.any_trigger`) finds no trigger goes only to
-    the recognisers without triggers. The handlers called, and their order, are those of the plain loop."""
+    before (at its second sight, :func:`candidates` once) is offered to its remembered candidates; a line in which
+    one search of the alternation regex (:attr:`LineRoutes.any_trigger`) finds no trigger goes only to the
+    recognisers without triggers. The handlers called, and their order, are those of the plain loop."""
     if routes is not None:
         cands = routes.offered_to(line)
         if cands is not None:
@@ -206,6 +130,7 @@ def offer(registry: list[Recogniser], parser: Any, line_no: int, line: bytes,
                 if r.handle(parser, line_no, line):
                     return True
             return False
+        registry = routes.recognisers  # type: ignore[assignment]
     for r in registry:  # runs for every line no open record or block takes: kept flat
         for t in r.triggers:
             if t in line:
