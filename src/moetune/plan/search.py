@@ -503,9 +503,10 @@ class SharedBound:
 class Search:
     """One exact search over the layouts of a request (or of its share ``req.partition``).
 
-    Two passes keep it exact and fast: :meth:`pass_1` prices every layout that survives the model-state floor with
-    its base features once (one step-time estimate) and records :func:`_walls_floor` (= :func:`variant_floor`);
-    :meth:`pass_2` visits the layouts in increasing floor order, fits recompute and prices every feature variant
+    Two passes keep it exact and fast: :meth:`pass_1` queues every layout that survives the model-state floor;
+    :meth:`pass_2` visits the layouts in increasing order of the :func:`_walls_floor` (= :func:`variant_floor`) of
+    their base job (:meth:`order`: a layout's base job is priced only when a lower bound on that floor may make it
+    the next, :mod:`moetune.plan.queue_bound`), fits recompute and prices every feature variant
     (:meth:`consider`), and stops as soon as a layout's floor exceeds the k-th best step time found: every later
     layout has a larger floor, so none can win. :meth:`offload_pass` runs only when nothing fits without offloading.
 
@@ -592,7 +593,7 @@ class Search:
         return self.result()
 
     def pass_1(self) -> None:
-        """Model-state floor, then one priced base job per surviving layout (queued for :meth:`pass_2`)."""
+        """Model-state floor; the surviving layouts are queued for :meth:`pass_2` (priced by :meth:`order`)."""
         req = self.req
         part_i, part_n = req.partition
         GiB = 1024.0**3
@@ -621,9 +622,9 @@ class Search:
         order, the key being :func:`_walls_floor` of the base job's walls: what sorting the queue by (key, index)
         gives, pricing a layout's base job only when it may be next (:mod:`moetune.plan.queue_bound`).
 
-        The first layout of each group (precision and state mode, TP, CP, EP, ETP, MBS) is priced at once and gives
-        its group's bound; every other layout enters a heap with its bound B <= its key (:class:`moetune.plan.
-        queue_bound.QueueBound`; -inf with ``queue_bound=False``), a priced one with its key K. The least entry is
+        The profile of the first layout of each group (precision and state mode, TP, CP, EP, ETP, MBS) gives its
+        group's bound; every layout enters a heap with its bound B <= its key (:class:`moetune.plan.queue_bound.
+        QueueBound`; -inf with ``queue_bound=False``), a priced one with its key K. The least entry is
         popped; a bound entry is priced and pushed back with its key, a key entry is the next layout. Proof that the
         keys come out in sorted order: when the key entry (K, i) is the least, every layout j not yet priced has its
         bound entry (B_j, j) >= (K, i) in the heap, so (K_j, j) >= (B_j, j) >= (K, i), and j != i makes it strict;
@@ -635,10 +636,9 @@ class Search:
         qb = QueueBound(self.eff, req.gpus, req.global_batch_size) if self.queue_bound else None
         for i, (lp, mode) in enumerate(self.queue):
             gkey = (mode, lp.tp, lp.cp, lp.ep, lp.etp, lp.mbs)
-            if qb is not None and gkey not in qb.groups:
-                qb.add_group(gkey, self.job_of(lp, self.features(mode, lp, {})))
-                heap.append((_walls_floor(self.time_of(lp, self.features(mode, lp, {})).walls), i, True))
-            elif qb is not None:
+            if qb is not None:
+                if gkey not in qb.groups:
+                    qb.add_group(gkey, self.job_of(lp, self.features(mode, lp, {})))
                 heap.append((qb.bound(gkey, lp, self.layout_of), i, False))
             else:
                 heap.append((float("-inf"), i, False))
