@@ -91,6 +91,8 @@ class QueueBound:
         self._contents: dict[tuple, int] = {}  # rank content (layer ids, MTP layers, embedding, loss) -> number
         self._by_number: list[tuple] = []
         self._m: dict[tuple, int] = {}  # microbatches per (TP, CP, PP, MBS)
+        self._counts: dict[tuple, tuple] = {}  # (rank content number, quantised layers) -> ((kind, count), ...)
+        self._model: Any = None
 
     def add_group(self, gkey: tuple, job: Job) -> None:
         """Record the shared parts of group ``gkey`` from ``job``, a base job of the group (no bound when the
@@ -128,7 +130,7 @@ class QueueBound:
         for n in ranks:
             got = memo.get(n)
             if got is None:
-                got = memo[n] = _rank(g, self._by_number[n])
+                got = memo[n] = _rank(g, self._by_number[n], self._kinds(n, g.quant))
             rows.append(got)
         top = max(f + x for f, x in rows)
         extra = g.extra_host
@@ -143,10 +145,20 @@ class QueueBound:
         b = m * least * (1.0 - SLACK)
         return b if b == b else float("-inf")
 
+    def _kinds(self, n: int, quant: tuple[bool, frozenset[int]]) -> tuple[tuple[tuple, float], ...]:
+        """(layer kind, count) of rank content ``n`` as :func:`moetune.perfmodel.step._stage_works` reads them
+        (:func:`~moetune.perfmodel.step._stage_kinds` of the rank alone), for the quantised layers ``quant``."""
+        got = self._counts.get((n, quant))
+        if got is None:
+            ids, n_mtp = self._by_number[n][:2]
+            got = self._counts[(n, quant)] = tuple(_stage_kinds(self._model, (ids,), (n_mtp,), *quant)[0][0][0].items())
+        return got
+
     def _split(self, g: _Group, lay: Any) -> tuple[int, ...]:
         """The numbers of the distinct rank contents of a layout's pipeline split (that of :func:`moetune.perfmodel.
         step.build_profile`: it reads the sequence only where the layout gives no valid split)."""
         model, seq, tp = g.args[0], g.args[1], g.args[4]
+        self._model = model  # one request: one model
         split = _pipeline_split(model, split_fields(lay), seq, tp)
         out = []
         for p in range(len(split.layers)):
@@ -159,20 +171,19 @@ class QueueBound:
         return tuple(dict.fromkeys(out))
 
 
-def _rank(g: _Group, rank: tuple) -> tuple[float, float]:
-    """(F_q, Xlo_q) of one rank content (decoder layer ids, MTP layers, embedding, loss) in group ``g``: its
-    layer kinds and counts as :func:`moetune.perfmodel.step._stage_works` reads them (:func:`~moetune.perfmodel.step.
-    _stage_kinds`), priced with the group's per-kind seconds."""
-    ids, n_mtp, emb, loss = rank
-    model, seq, mbs, cp, tp, r = g.args
-    counts = _stage_kinds(model, (ids,), (n_mtp,), *g.quant)[0][0][0]
+def _rank(g: _Group, rank: tuple, kinds: tuple[tuple[tuple, float], ...]) -> tuple[float, float]:
+    """(F_q, Xlo_q) of one rank content (decoder layer ids, MTP layers, embedding, loss) with layer kinds and counts
+    ``kinds`` (:meth:`QueueBound._kinds`) in group ``g``, priced with the group's per-kind seconds."""
+    emb, loss = rank[2], rank[3]
     f = x = 0.0
-    for key, n in counts.items():
-        fk, xk = g.kinds[key]
+    gk = g.kinds
+    for key, n in kinds:
+        fk, xk = gk[key]
         f += n * fk
         x += n * xk
     fe = g.extra.get((emb, loss))
     if fe is None:
+        model, seq, mbs, cp, tp, r = g.args
         ge, ae, ee = _price_extra(_extra_work(model, seq, mbs, cp, tp, emb, loss), r)
         fe = g.extra[(emb, loss)] = 3 * (ge + ae + ee)
     return f + fe, x
