@@ -1215,3 +1215,36 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
         band=band_for(job.model, job.system, step),
     )
 
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what the planner's queue bound reads (moetune.plan.queue_bound): the pieces of evaluate, same implementations
+# ------------------------------------------------------------------------------------------------------------
+
+
+def job_layer_prices(job: Job, eff: Efficiency) -> tuple[Profile, Rates, dict[tuple, LayerPrice]]:
+    """The profile of ``job`` (:func:`build_profile`), its rates and the price of each of its layer kinds
+    (:func:`_layer_prices`), as :func:`evaluate` reads them."""
+    prof = build_profile(job, eff)
+    r, _, priced = _layer_prices(prof, eff)
+    return prof, r, priced
+
+
+def pipeline_ranks(model: ModelArch, lay: Layout, seq: int) -> PipelineSplit:
+    """The pipeline split :func:`build_profile` prices for a layout (:func:`_pipeline_split`)."""
+    return _pipeline_split(model, split_fields(lay), seq, lay.tp)
+
+
+def rank_kind_counts(model: ModelArch, ids: tuple[int, ...], n_mtp: int, quant_on: bool, bf16_layers: frozenset[int]
+                     ) -> dict[tuple, float]:
+    """{LayerType.key: count} of one PP rank holding decoder layers ``ids`` and ``n_mtp`` MTP layers, as
+    :func:`_stage_works` counts them (:func:`_stage_kinds`)."""
+    return _stage_kinds(model, (ids,), (n_mtp,), quant_on, bf16_layers)[0][0][0]
+
+
+def extra_floor_seconds(model: ModelArch, seq: int, mbs: int, cp: int, tp: int, emb: bool, loss: bool, r: Rates
+                        ) -> float:
+    """Compute seconds per microbatch of a rank's embedding / output-layer work as :func:`evaluate` adds them to the
+    stage: 3 x (gemm + attention + memory-bound) of :func:`_price_extra` of :func:`_extra_work`."""
+    g, a, e = _price_extra(_extra_work(model, seq, mbs, cp, tp, emb, loss), r)
+    return 3 * (g + a + e)

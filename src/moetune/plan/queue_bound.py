@@ -46,17 +46,14 @@ from __future__ import annotations
 from typing import Any
 
 from moetune.perfmodel.step import (
-    _extra_work,
-    _layer_prices,
-    _pipeline_split,
-    _price_extra,
-    _stage_kinds,
-    build_profile,
+    extra_floor_seconds,
+    job_layer_prices,
     layer_host_gap,
+    pipeline_ranks,
     quantised_layers,
+    rank_kind_counts,
 )
 from moetune.spec.job import Job
-from moetune.spec.pipeline import split_fields
 
 #: relative amount taken off the bound for rounding (module docstring)
 SLACK = 1e-6
@@ -98,8 +95,7 @@ class QueueBound:
         """Record the shared parts of group ``gkey`` from ``job``, a base job of the group (no bound when the
         premises do not hold for it: EP overlap, recompute, layer offloading, a host sharpness below 1)."""
         eff = self.eff
-        prof = build_profile(job, eff)
-        r, _, priced = _layer_prices(prof, eff)
+        prof, r, priced = job_layer_prices(job, eff)
         feat, lay = job.features, job.layout
         if (prof.offload_bytes or (feat.overlap_moe_expert_parallel_comm and lay.ep > 1)
                 or not r.host_queue_sharpness >= 1.0 or prof.full_recompute_frac or prof.recompute_frac
@@ -151,15 +147,15 @@ class QueueBound:
         got = self._counts.get((n, quant))
         if got is None:
             ids, n_mtp = self._by_number[n][:2]
-            got = self._counts[(n, quant)] = tuple(_stage_kinds(self._model, (ids,), (n_mtp,), *quant)[0][0][0].items())
+            got = self._counts[(n, quant)] = tuple(rank_kind_counts(self._model, ids, n_mtp, *quant).items())
         return got
 
     def _split(self, g: _Group, lay: Any) -> tuple[int, ...]:
         """The numbers of the distinct rank contents of a layout's pipeline split (that of :func:`moetune.perfmodel.
         step.build_profile`: it reads the sequence only where the layout gives no valid split)."""
-        model, seq, tp = g.args[0], g.args[1], g.args[4]
+        model, seq = g.args[0], g.args[1]
         self._model = model  # one request: one model
-        split = _pipeline_split(model, split_fields(lay), seq, tp)
+        split = pipeline_ranks(model, lay, seq)
         out = []
         for p in range(len(split.layers)):
             content = (split.layers[p], split.mtp[p], split.embedding[p], split.loss[p])
@@ -184,6 +180,5 @@ def _rank(g: _Group, rank: tuple, kinds: tuple[tuple[tuple, float], ...]) -> tup
     fe = g.extra.get((emb, loss))
     if fe is None:
         model, seq, mbs, cp, tp, r = g.args
-        ge, ae, ee = _price_extra(_extra_work(model, seq, mbs, cp, tp, emb, loss), r)
-        fe = g.extra[(emb, loss)] = 3 * (ge + ae + ee)
+        fe = g.extra[(emb, loss)] = extra_floor_seconds(model, seq, mbs, cp, tp, emb, loss, r)
     return f + fe, x

@@ -572,6 +572,7 @@ class Search:
         self._mem_feats: dict[int, Features] = {}
         self._canon: dict[Features, Features] = {}
         self._layout_cache: dict[tuple, Layout] = {}
+        self._graphs: dict[tuple, list[dict]] = {}  # :meth:`graph_variants`
         self._job_cache: dict[tuple, Job] = {}  # per (layout, Features instance); the instance check guards id reuse
         self._time_cache: dict[tuple, Any] = {}
         self._a2a_cache: dict[tuple, _StageA2A] = {}  # per (layout, Features instance) not priced in full
@@ -814,7 +815,7 @@ class Search:
         lk = lp.key()
         bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
         for disp in _dispatcher_variants(req, lp):
-            for gr in _graph_variants(req, upd, disp):
+            for gr in self.graph_variants(upd, disp):
                 if fitted is not None:
                     vkey = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
                             gr["cuda_graph_impl"], gr["cuda_graph_scope"])
@@ -998,7 +999,7 @@ class Search:
         for disp in _dispatcher_variants(req, lp):
             dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
             # the CUDA-graph variants :meth:`consider` prices with this dispatcher under the rest of the ladder
-            graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in _graph_variants(req, r, disp)}
+            graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in self.graph_variants(r, disp)}
             if all((*dk, *g) in fitted for g in graphs):
                 continue
             if own:
@@ -1045,6 +1046,14 @@ class Search:
         if got is None:
             got = self.base_features(mode, lp).model_copy(update=update)
             got = self._feat_cache[key] = self._canon.setdefault(got, got)
+        return got
+
+    def graph_variants(self, recompute: dict, disp: dict) -> list[dict]:
+        """:func:`_graph_variants` of the request, one list per distinct (recompute, dispatcher) updates (read only)."""
+        key = (tuple(recompute.items()), tuple(disp.items()))
+        got = self._graphs.get(key)
+        if got is None:
+            got = self._graphs[key] = _graph_variants(self.req, recompute, disp)
         return got
 
     def layout_of(self, lp: LayoutPoint) -> Layout:
