@@ -206,6 +206,39 @@ def test_cuda_graph_capture_phase():
     assert c["cuda_graph_activations"] > 0 and c["cuda_graph_static_io"] > 0
 
 
+@pytest.mark.parametrize("pp,vpp", [(1, 1), (2, 1), (2, 2), (4, 3)])
+def test_cuda_graph_static_io_is_held_per_inflight_chunk(pp, vpp):
+    """TE >= 2.7 make_graphed_callables with ``_reuse_graph_input_output_buffers`` (set by Megatron-Core's
+    TECudaGraphHelper) keeps the static inputs/outputs of each in-flight (chunk, microbatch): the captured layers of
+    that chunk, not of the whole rank, times its in-flight count (the old model multiplied the rank's layers by the
+    in-flight total over all chunks, and doubled it for gradient buffers that TE shares by shape)."""
+    m = get_model("Qwen3-30B-A3B")  # 48 identical attention + MoE layers
+    f = Features(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",), hidden_dropout=0,
+                 attention_dropout=0)
+    lay = Layout(pp=pp, vpp=vpp if vpp > 1 else None, ep=8)
+    est = mem.estimate_memory(job(m, gpus=8 * pp, layout=lay, features=f, gbs=64 * pp))
+    hid = 2 * m.hidden_size * 4096  # BF16 hidden states of one microbatch (TP1 CP1, MBS 1)
+    for st_ in est.stages:
+        want = sum(ch.in_flight_at_peak * len(ch.layers) * 2 * hid for ch in st_.chunks) / 2**30
+        assert st_.components["cuda_graph_static_io"] == pytest.approx(want, rel=1e-9)
+        assert want > 0
+
+
+def test_published_te_graph_runs_fit():
+    """NVIDIA measured DeepSeek-V3 on 256 GB200 (MXFP8, TP1 PP4 VP4 EP64, HybridEP, TE graphs
+    attn/moe_router/moe_preprocess) in releases 26.02 and 26.04: the model must not put those runs over capacity
+    (with the static graph I/O counted for every layer of the rank per in-flight microbatch it was 203.6 and 233.9
+    GiB of 184.3)."""
+    from moetune.io.load import build_published_job
+
+    for release in ("26.02", "26.04"):
+        j = build_published_job(model=get_model("DeepSeek-V3"), system="DGX-GB200", gpus=256, precision="mxfp8",
+                                gbs=4096, mbs=1, seq=4096, tp=1, pp=4, cp=1, vp=4, ep=64, release=release)
+        assert j.features.cuda_graph_impl == "transformer_engine" and "attn" in j.features.cuda_graph_scope
+        est = mem.estimate_memory(j)
+        assert est.fits, (release, est.stages[est.binding_stage].device_gib)
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.sampled_from(["Qwen3-30B-A3B", "DeepSeek-V3", "Mixtral-8x7B", "GPT-OSS-20B"]), st.sampled_from([1, 2, 4]))
 def test_more_pp_never_raises_per_rank_params(name, pp):
