@@ -280,17 +280,38 @@ def _model_state(job: Job, dense: float, expert: float, lin: float, largest_laye
             # all-gathered params of the current + prefetched module and the unsharded grads being reduced
             out["fsdp_unsharded_buffers"] = 2 * sb.weight * largest_layer + sb.grad * largest_layer
     else:
-        out["weights"] = sb.weight * (dense + expert)
+        out["weights"] = _weight_bytes(job, sb, dense + expert, lin)
         out["main_grads"] = sb.grad * (dense + expert)
         if f.use_distributed_optimizer:
             out["optimizer_state"] = sb.optimizer * (dense / s_dense + expert / s_exp)
         else:
             out["optimizer_state"] = sb.optimizer * (dense + expert)
     if f.precision in FP8_PRECISIONS and not f.fp8_param_gather:
-        per_param = (const("fp4_weight_cache_bytes_per_param") if f.precision == "nvfp4"
-                     else const("fp8_weight_cache_bytes_per_param")[job.system.gpu.arch])
-        out["fp8_weight_cache"] = per_param * lin
+        out["fp8_weight_cache"] = _quantized_weight_bytes_per_param(job) * lin
     return out
+
+
+def _quantized_weight_bytes_per_param(job: Job) -> float:
+    """Bytes per linear weight of its quantized copy for training: row-wise and column-wise data with their scales
+    (catalog ``fp8_weight_cache_bytes_per_param`` per GPU arch, ``fp4_weight_cache_bytes_per_param`` for NVFP4)."""
+    if job.features.precision == "nvfp4":
+        return const("fp4_weight_cache_bytes_per_param")
+    return const("fp8_weight_cache_bytes_per_param")[job.system.gpu.arch]
+
+
+def _weight_bytes(job: Job, sb: StateBytes, params: float, lin: float) -> float:
+    """Model weights on one rank (not Megatron-FSDP).
+
+    With FP8 parameters (``fp8_param_gather``: Transformer Engine ``quantized_model_init`` / ``fp8_model_init``) only
+    the FP8-capable linear weights (``lin``) are quantized tensors; TE ``TransformerEngineBaseModule.reset_parameters``
+    (transformer_engine/pytorch/module/base.py) sets their quantizer to row-wise *and* column-wise usage when gradients
+    are enabled, so each keeps both copies with their scales (:func:`_quantized_weight_bytes_per_param`, the same
+    bytes as the weight cache without FP8 parameters). Embedding, output layer, norms and router stay BF16
+    (``sb.weight`` is their byte size without FP8 parameters)."""
+    f = job.features
+    if f.fp8_param_gather and f.precision in FP8_PRECISIONS:
+        return const("dtype_bytes")["bf16"] * (params - lin) + _quantized_weight_bytes_per_param(job) * lin
+    return sb.weight * params
 
 
 def weight_and_optimizer_bytes(job: Job) -> list[float]:
