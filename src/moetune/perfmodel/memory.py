@@ -541,6 +541,21 @@ def cpu_offloaded_layer_bytes(job: Job) -> tuple[float, ...]:
     return tuple(_layer_activation(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg, scope)[0] for i in range(n))
 
 
+def fine_grained_offloaded_bytes(job: Job) -> dict[tuple[str, str], float]:
+    """Bytes that fine-grained activation offloading (``--fine-grained-activation-offloading --offload-modules``)
+    copies to host memory and back per microbatch, per decoder-layer kind (mixer, mlp): the saved inputs of the
+    offloaded modules (:func:`moetune.perfmodel.activations.layer_offloaded_bytes`, the bytes the memory estimate takes
+    off the GPU). Megatron-Core ``pipeline_parallel/fine_grained_activation_offload.py`` copies them on its own
+    device-to-host stream when each module group's forward commits and reloads them on its host-to-device stream in
+    backward. Empty without fine-grained offloading."""
+    if not (job.features.fine_grained_activation_offloading and job.features.offload_modules):
+        return {}
+    m = job.model
+    cfg = act_config(job)
+    kinds = dict.fromkeys(zip(m.mixer_pattern, m.mlp_pattern, strict=True))
+    return {k: b for k in kinds if (b := act.layer_offloaded_bytes(m, k[0], k[1], cfg)) > 0}
+
+
 @memo(maxsize=65536)
 def _layer_activation(m: ModelArch, mixer: str, mlp: str, cfg: act.ActConfig, scope: frozenset[str]
                       ) -> tuple[float, float, float, float]:
