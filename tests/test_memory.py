@@ -72,9 +72,10 @@ def test_bytes_per_param_table():
     # optimizer CPU offload keeps (1 - f)
     s = _state(job(m, features=Features(optimizer_cpu_offload=True, optimizer_offload_fraction=0.75)))
     assert s["optimizer_state"] * GIB == pytest.approx(0.25 * 12 / 8 * p, rel=1e-9)
-    # FP8 params: 1 B weights, no FP8 weight cache
+    # FP8 params: row- and column-wise FP8 linear weights (1 + 1 B; Hopper's column-wise copy is the transpose), the
+    # other parameters BF16, so 2 B per parameter and no separate FP8 weight cache
     s = _state(job(m, features=Features(precision="fp8_cs", fp8_param_gather=True)))
-    assert s["weights"] * GIB == pytest.approx(p, rel=1e-9) and "fp8_weight_cache" not in s
+    assert s["weights"] * GIB == pytest.approx(2 * p, rel=1e-9) and "fp8_weight_cache" not in s
     assert "fp8_weight_cache" in _state(job(m, features=Features(precision="fp8_cs")))
     # NVFP4 caches 4-bit row- and column-wise weights with 1/16 E4M3 scales: 1.125 B vs FP8's 2 B per param
     fp4 = _state(job(m, features=Features(precision="nvfp4")))["fp8_weight_cache"]
@@ -204,6 +205,59 @@ def test_cuda_graph_capture_phase():
                  attention_dropout=0)
     c = mem.estimate_memory(job(m, gpus=16, layout=Layout(ep=16), features=f)).stages[0].components
     assert c["cuda_graph_activations"] > 0 and c["cuda_graph_static_io"] > 0
+
+
+@pytest.mark.parametrize("pp,vpp", [(1, 1), (2, 1), (2, 2), (4, 3)])
+def test_cuda_graph_static_io_is_held_per_inflight_chunk(pp, vpp):
+    """TE >= 2.7 make_graphed_callables with ``_reuse_graph_input_output_buffers`` (set by Megatron-Core's
+    TECudaGraphHelper) keeps the static inputs/outputs of each in-flight (chunk, microbatch): the captured layers of
+    that chunk, not of the whole rank, times its in-flight count (the old model multiplied the rank's layers by the
+    in-flight total over all chunks, and doubled it for gradient buffers that TE shares by shape)."""
+    m = get_model("Qwen3-30B-A3B")  # 48 identical attention + MoE layers
+    f = Features(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn",), hidden_dropout=0,
+                 attention_dropout=0)
+    lay = Layout(pp=pp, vpp=vpp if vpp > 1 else None, ep=8)
+    est = mem.estimate_memory(job(m, gpus=8 * pp, layout=lay, features=f, gbs=64 * pp))
+    hid = 2 * m.hidden_size * 4096  # BF16 hidden states of one microbatch (TP1 CP1, MBS 1)
+    for st_ in est.stages:
+        want = sum(ch.in_flight_at_peak * len(ch.layers) * 2 * hid for ch in st_.chunks) / 2**30
+        assert st_.components["cuda_graph_static_io"] == pytest.approx(want, rel=1e-9)
+        assert want > 0
+
+
+@pytest.mark.parametrize("precision,system", [("mxfp8", "DGX-GB200"), ("fp8_cs", "DGX-H100")])
+def test_fp8_parameters_keep_row_and_column_wise_copies(precision, system):
+    """With FP8 parameters (fp8_param_gather) TE keeps each linear weight's row-wise and column-wise quantized data
+    (reset_parameters: usage rowwise=True, columnwise=grad enabled), and embedding / output layer / norms stay BF16:
+    no BF16 linear weights but the same bytes as the FP8 weight cache, so the weights of a rank take what BF16 weights
+    take (2 B per parameter), and no separate cache. The old model charged 1 B to every parameter."""
+    m = get_model("DeepSeek-V3")
+    lay = Layout(ep=64)  # PP1: every layer, MTP, embedding and the untied output layer on the rank
+
+    def comps(gather):
+        f = Features(precision=precision, fp8_param_gather=gather, hidden_dropout=0, attention_dropout=0)
+        est = mem.estimate_memory(job(m, gpus=256, layout=lay, features=f, gbs=4096, system=system))
+        return est.stages[0].components
+
+    with_fp8_params, without = comps(True), comps(False)
+    assert without["fp8_weight_cache"] > 0 and "fp8_weight_cache" not in with_fp8_params
+    # BF16 weights (2 B) without FP8 parameters; row + column-wise FP8 linears (1 + 1 B) and BF16 others with them
+    assert with_fp8_params["weights"] == pytest.approx(without["weights"], rel=1e-9)
+
+
+def test_published_te_graph_runs_fit():
+    """NVIDIA measured DeepSeek-V3 on 256 GB200 (MXFP8, TP1 PP4 VP4 EP64, HybridEP, TE graphs
+    attn/moe_router/moe_preprocess) in releases 26.02 and 26.04: the model must not put those runs over capacity
+    (with the static graph I/O counted for every layer of the rank per in-flight microbatch it was 203.6 and 233.9
+    GiB of 184.3)."""
+    from moetune.io.load import build_published_job
+
+    for release in ("26.02", "26.04"):
+        j = build_published_job(model=get_model("DeepSeek-V3"), system="DGX-GB200", gpus=256, precision="mxfp8",
+                                gbs=4096, mbs=1, seq=4096, tp=1, pp=4, cp=1, vp=4, ep=64, release=release)
+        assert j.features.cuda_graph_impl == "transformer_engine" and "attn" in j.features.cuda_graph_scope
+        est = mem.estimate_memory(j)
+        assert est.fits, (release, est.stages[est.binding_stage].device_gib)
 
 
 @settings(max_examples=25, deadline=None)

@@ -280,17 +280,38 @@ def _model_state(job: Job, dense: float, expert: float, lin: float, largest_laye
             # all-gathered params of the current + prefetched module and the unsharded grads being reduced
             out["fsdp_unsharded_buffers"] = 2 * sb.weight * largest_layer + sb.grad * largest_layer
     else:
-        out["weights"] = sb.weight * (dense + expert)
+        out["weights"] = _weight_bytes(job, sb, dense + expert, lin)
         out["main_grads"] = sb.grad * (dense + expert)
         if f.use_distributed_optimizer:
             out["optimizer_state"] = sb.optimizer * (dense / s_dense + expert / s_exp)
         else:
             out["optimizer_state"] = sb.optimizer * (dense + expert)
     if f.precision in FP8_PRECISIONS and not f.fp8_param_gather:
-        per_param = (const("fp4_weight_cache_bytes_per_param") if f.precision == "nvfp4"
-                     else const("fp8_weight_cache_bytes_per_param")[job.system.gpu.arch])
-        out["fp8_weight_cache"] = per_param * lin
+        out["fp8_weight_cache"] = _quantized_weight_bytes_per_param(job) * lin
     return out
+
+
+def _quantized_weight_bytes_per_param(job: Job) -> float:
+    """Bytes per linear weight of its quantized copy for training: row-wise and column-wise data with their scales
+    (catalog ``fp8_weight_cache_bytes_per_param`` per GPU arch, ``fp4_weight_cache_bytes_per_param`` for NVFP4)."""
+    if job.features.precision == "nvfp4":
+        return const("fp4_weight_cache_bytes_per_param")
+    return const("fp8_weight_cache_bytes_per_param")[job.system.gpu.arch]
+
+
+def _weight_bytes(job: Job, sb: StateBytes, params: float, lin: float) -> float:
+    """Model weights on one rank (not Megatron-FSDP).
+
+    With FP8 parameters (``fp8_param_gather``: Transformer Engine ``quantized_model_init`` / ``fp8_model_init``) only
+    the FP8-capable linear weights (``lin``) are quantized tensors; TE ``TransformerEngineBaseModule.reset_parameters``
+    (transformer_engine/pytorch/module/base.py) sets their quantizer to row-wise *and* column-wise usage when gradients
+    are enabled, so each keeps both copies with their scales (:func:`_quantized_weight_bytes_per_param`, the same
+    bytes as the weight cache without FP8 parameters). Embedding, output layer, norms and router stay BF16
+    (``sb.weight`` is their byte size without FP8 parameters)."""
+    f = job.features
+    if f.fp8_param_gather and f.precision in FP8_PRECISIONS:
+        return const("dtype_bytes")["bf16"] * (params - lin) + _quantized_weight_bytes_per_param(job) * lin
+    return sb.weight * params
 
 
 def weight_and_optimizer_bytes(job: Job) -> list[float]:
@@ -520,6 +541,21 @@ def cpu_offloaded_layer_bytes(job: Job) -> tuple[float, ...]:
     return tuple(_layer_activation(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg, scope)[0] for i in range(n))
 
 
+def fine_grained_offloaded_bytes(job: Job) -> dict[tuple[str, str], float]:
+    """Bytes that fine-grained activation offloading (``--fine-grained-activation-offloading --offload-modules``)
+    copies to host memory and back per microbatch, per decoder-layer kind (mixer, mlp): the saved inputs of the
+    offloaded modules (:func:`moetune.perfmodel.activations.layer_offloaded_bytes`, the bytes the memory estimate takes
+    off the GPU). Megatron-Core ``pipeline_parallel/fine_grained_activation_offload.py`` copies them on its own
+    device-to-host stream when each module group's forward commits and reloads them on its host-to-device stream in
+    backward. Empty without fine-grained offloading."""
+    if not (job.features.fine_grained_activation_offloading and job.features.offload_modules):
+        return {}
+    m = job.model
+    cfg = act_config(job)
+    kinds = dict.fromkeys(zip(m.mixer_pattern, m.mlp_pattern, strict=True))
+    return {k: b for k in kinds if (b := act.layer_offloaded_bytes(m, k[0], k[1], cfg)) > 0}
+
+
 @memo(maxsize=65536)
 def _layer_activation(m: ModelArch, mixer: str, mlp: str, cfg: act.ActConfig, scope: frozenset[str]
                       ) -> tuple[float, float, float, float]:
@@ -530,12 +566,22 @@ def _layer_activation(m: ModelArch, mixer: str, mlp: str, cfg: act.ActConfig, sc
             act.layer_offloaded_bytes(m, mixer, mlp, cfg))
 
 
-def _graphed_io_of(job: Job, cfg: act.ActConfig) -> Callable[[int, int], float] | None:
-    """Static buffers of TE/local CUDA graphs (TE ``make_graphed_callables``) as a function of (PP rank, in-flight
-    microbatches); None where the job has no static graph buffers (0 bytes on every rank). Every captured
-    (module, microbatch) graph keeps its static inputs and outputs, and the backward graph their gradients
-    (``cuda_graph_static_io_factor`` = 2: forward I/O + gradient I/O). Inputs are the BF16 hidden states of the
-    sequence shard; outputs are hidden states, or the FP32 router probabilities/map for router-only scopes."""
+def _graphed_io_of(job: Job, cfg: act.ActConfig) -> tuple[np.ndarray, ...] | None:
+    """Static input/output buffers of TE/local CUDA graphs (TE ``make_graphed_callables``) per microbatch in flight,
+    one entry per virtual chunk of the job's PP ranks (``[pp_rank][chunk]`` bytes); None where the job has no static
+    graph buffers (0 bytes on every rank).
+
+    Megatron-Core ``TECudaGraphHelper`` (megatron/core/transformer/cuda_graphs.py) captures one forward and one
+    backward graph per (layer, microbatch) in the schedule's order and, with TE >= 2.7, passes
+    ``_reuse_graph_input_output_buffers=True``: TE (transformer_engine/pytorch/graph.py ``_make_graphed_callables``)
+    then hands a microbatch's static inputs to the next microbatch *of the same chunk* whose forward starts after
+    its backward, weak-references each forward graph's static outputs once its backward graph is captured (their
+    pool memory is reused), keeps one static grad-output buffer per tensor shape, and drops each static grad input
+    after the next backward of the chunk. So what stays allocated are the inputs and outputs of the captured modules
+    of each in-flight (chunk, microbatch): the per-chunk sums below, times the chunk's in-flight microbatches of the
+    schedule (:func:`inflight_states`, in :func:`_rank_memory`). The shared gradient buffers are one module's I/O
+    and are left out. Inputs are the BF16 hidden states of the sequence shard; outputs are hidden states, or the FP32
+    router probabilities/map for router-only scopes."""
     f = job.features
     scope = graph_scope(job)
     if not scope or "full_iteration" in scope or not f.cuda_graph_impl:
@@ -543,31 +589,33 @@ def _graphed_io_of(job: Job, cfg: act.ActConfig) -> Callable[[int, int], float] 
     m, lay = job.model, job.layout
     hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
     router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
-    factor = const("cuda_graph_static_io_factor")
-
-    def of(pp_rank: int, inflight_total: int) -> float:
-        return factor * _graphed_io_per_microbatch(m, lay, scope, hid, router_out, pp_rank) * max(1, inflight_total)
-
-    return of
+    return _graphed_io_per_chunk(m, lay, scope, hid, router_out)
 
 
 @memo(maxsize=131072)
-def _graphed_io_per_microbatch(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float,
-                               pp_rank: int) -> float:
-    """Per-microbatch static graph I/O bytes of one PP rank (the sum in :func:`_graphed_io_of`), memoised."""
-    per_mb = 0.0
-    for i in pipeline_ranks(m, lay)[pp_rank].layers:
-        mx, ml = m.mixer_pattern[i], m.mlp_pattern[i]
-        if ("attn" in scope and mx in "AW") or ("mamba" in scope and mx in "MG"):
-            per_mb += 2 * hid
-        if "mlp" in scope and ml == "D":
-            per_mb += 2 * hid
-        if ml == "E":
-            if "moe" in scope:
-                per_mb += 2 * hid
-            elif {"moe_router", "moe_preprocess"} & scope:
-                per_mb += hid + router_out
-    return per_mb
+def _graphed_io_per_chunk(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float
+                          ) -> tuple[np.ndarray, ...]:
+    """Per PP rank, per virtual chunk: static graph I/O bytes of one microbatch (:func:`_graphed_io_of`), memoised;
+    read only."""
+    out = []
+    for rank in pipeline_ranks(m, lay):
+        row = []
+        for ch in rank.chunks:
+            per_mb = 0.0
+            for i in ch.layers:
+                mx, ml = m.mixer_pattern[i], m.mlp_pattern[i]
+                if ("attn" in scope and mx in "AW") or ("mamba" in scope and mx in "MG"):
+                    per_mb += 2 * hid
+                if "mlp" in scope and ml == "D":
+                    per_mb += 2 * hid
+                if ml == "E":
+                    if "moe" in scope:
+                        per_mb += 2 * hid
+                    elif {"moe_router", "moe_preprocess"} & scope:
+                        per_mb += hid + router_out
+            row.append(per_mb)
+        out.append(np.asarray(row))
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -724,11 +772,16 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
         chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank],
                                                                                       vocab_padded)
         totals = states @ saved_arr
-        i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
+        if graphed_io_of is None:
+            i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
+            graphed_io = 0.0
+        else:  # static graph I/O is held per in-flight (chunk, microbatch) like the saved activations
+            io_totals = states @ graphed_io_of[rank.pp_rank]
+            i_best = int((totals + io_totals).argmax())
+            graphed_io = float(io_totals[i_best])
         best, best_state = float(totals[i_best]), inflight[i_best]
         best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
         working = chunk_trans + resident
-        graphed_io = 0.0 if graphed_io_of is None else graphed_io_of(rank.pp_rank, sum(best_state))
         # Activations inside CUDA graphs come from the graphs' private pool, filled once while capturing (before
         # training, following the schedule order); replays do not allocate. The allocated peak is the larger of the
         # capture phase and the training phase (non-graphed activations + working set + static graph buffers).

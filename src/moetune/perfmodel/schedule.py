@@ -4,7 +4,9 @@
   ``forward_backward_pipelining_with(out)_interleaving``): with p stages, v virtual chunks per rank and m
   microbatches the slowest stage sets the steady state (m · S) and the warm-up/flush idles every rank for
   (p − 1)/v stage-times: step = (m + (p − 1)/v) · S_max. With m < p the warm-up cannot fill (MCore requires
-  m ≥ p for interleaving); the bubble is then (p − 1)/v · S as well.
+  m ≥ p for interleaving); the bubble is then (p − 1)/v · S as well. A host-bound interleaved schedule does not
+  block its host on the neighbours' GPUs, so its bubble leaves out the host time the host spends enqueueing
+  ahead; without VPP the exchanges synchronise the device and it does not (:func:`pipeline_step`).
 * **EP overlap** (``overlap_moe_expert_parallel_comm``; MCore ``combined_1f1b`` schedule): the backward of
   microbatch i runs merged with the forward of i+1, so each A2A of one can hide behind the compute of the other; the
   first forward and last backward stay exposed. ``ep_overlap_eff`` is the share of the partner's compute usable
@@ -23,12 +25,36 @@
 from __future__ import annotations
 
 
-def pipeline_step(stage_seconds: list[float], m: int, pp: int, vpp: int) -> tuple[float, float]:
-    """(steady-state seconds, bubble seconds) of a (interleaved) 1F1B schedule; see module doc."""
+def pipeline_step(stage_seconds: list[float], m: int, pp: int, vpp: int, stage_host: list[float] | None = None,
+                  fwd_host_blocks: bool = True) -> tuple[float, float]:
+    """(steady-state seconds, bubble seconds) of a (interleaved) 1F1B schedule; see module doc.
+
+    ``stage_host`` (per stage, the exposed host seconds inside ``stage_seconds``) prices the bubble of an interleaved
+    schedule on what the host cannot run ahead of. Megatron-LM turns ``overlap_p2p_comm`` on with VPP and off without
+    it (``arguments.py`` ``validate_args``; ``batch_p2p_comm = not overlap_p2p_comm`` in ``core_transformer_config_from_args``):
+
+    * without VPP (``forward_backward_pipelining_without_interleaving``) every exchange goes through
+      ``P2PCommunicator._communicate`` with ``batch_isend_irecv`` and, ``batch_p2p_sync`` being on by default (no flag
+      sets it), a ``torch.cuda.synchronize()`` after it: the host waits for its GPU, which waits for the neighbour,
+      so the warm-up / flush idle time includes the neighbours' host time and the bubble is ``(p - 1) · S_max``;
+    * with VPP (``forward_backward_pipelining_with_interleaving``, ``overlap_p2p_comm``) the sends and receives are
+      ``isend`` / ``irecv`` whose ``wait()`` only orders the compute stream after the NCCL stream (ProcessGroupNCCL
+      ``Work.wait``; the CPU blocks only under ``TORCH_NCCL_BLOCKING_WAIT``): a rank's host enqueues its next chunk
+      while its GPU waits for the neighbour, so its host time overlaps the idle GPU. Only a host synchronisation inside
+      the chunk stops that: the dropless dispatchers' per-MoE-layer ``.tolist()`` of the token counts (forward only;
+      ``fwd_host_blocks``), so the warm-up keeps the forward third of the host time and the flush's backward runs
+      at GPU speed: the bubble is ``(p - 1)/v · max_i(S_i - h_i · (2/3 if fwd_host_blocks else 1))`` (backward = 2 x
+      forward, as :func:`offload_exposed`). The steady state keeps every rank's host time (``m · S_max``).
+    """
     s_max = max(stage_seconds) if stage_seconds else 0.0
     steady = m * s_max
-    bubble = (pp - 1) / max(vpp, 1) * s_max if pp > 1 else 0.0
-    return steady, bubble
+    if pp <= 1:
+        return steady, 0.0
+    unit = s_max
+    if vpp > 1 and stage_host:
+        hidden = 2.0 / 3.0 if fwd_host_blocks else 1.0
+        unit = max(s - h * hidden for s, h in zip(stage_seconds, stage_host, strict=True))
+    return steady, (pp - 1) / max(vpp, 1) * unit
 
 
 def tp_exposed(comm: float, gemm: float, *, overlap: bool, splits: int, sm_frac: float = 0.0) -> float:
@@ -67,7 +93,14 @@ def offload_exposed(layer_bytes: tuple[float, ...], host_gbs: float, layer_secon
     L // N layers of forward (1/3 of ``layer_seconds``, the fwd + bwd time of one layer with bwd = 2 x fwd) and each
     reload behind ``window`` layers of backward (2/3); what is longer is exposed (the copies of one direction run one
     after another on one stream). ``host_gbs`` is the host link per GPU per direction (system catalog
-    ``pcie_bw_gbs``: PCIe on DGX, NVLink-C2C on Grace systems)."""
+    ``pcie_bw_gbs``: PCIe on DGX, NVLink-C2C on Grace systems).
+
+    Fine-grained activation offloading (Megatron-Core ``pipeline_parallel/fine_grained_activation_offload.py``) is
+    priced with ``window`` = 1 and ``layer_bytes`` the offloaded bytes of each decoder layer: ``on_group_commit_forward``
+    starts a module group's device-to-host copy on the offload stream once the compute before it is done and the
+    forward goes on; ``on_group_start_backward`` reloads the next group on the reload stream (after its offload event,
+    ``bulk_reload_group``) and ``on_group_commit_backward`` makes the compute wait for it: each layer's copies hide
+    behind about one layer of forward and of backward."""
     if not layer_bytes or host_gbs <= 0:
         return 0.0
     w = max(1, window)

@@ -32,7 +32,12 @@ from moetune.perfmodel import flops as F
 from moetune.perfmodel import host as H
 from moetune.perfmodel import schedule as S
 from moetune.perfmodel.calibration import Efficiency, default_efficiency, load_efficiency
-from moetune.perfmodel.memory import cpu_offloaded_layer_bytes, grad_buffer_bytes, state_bytes
+from moetune.perfmodel.memory import (
+    cpu_offloaded_layer_bytes,
+    fine_grained_offloaded_bytes,
+    grad_buffer_bytes,
+    state_bytes,
+)
 from moetune.perfmodel.params import layer_params
 from moetune.perfmodel.routing import expert_load, static_expert_shapes
 from moetune.perfmodel.uncertainty import Band, band_for
@@ -134,6 +139,9 @@ class Profile:
     #: bytes per microbatch of each layer that layer-level CPU offloading copies to the host and back
     #: (:func:`moetune.perfmodel.memory.cpu_offloaded_layer_bytes`); empty without it
     offload_bytes: tuple[float, ...] = ()
+    #: bytes per microbatch of each decoder-layer kind (mixer, mlp) that fine-grained activation offloading copies to
+    #: the host and back (:func:`moetune.perfmodel.memory.fine_grained_offloaded_bytes`)
+    fg_offload: dict[tuple[str, str], float] = field(default_factory=dict)
 
 
 @memo(maxsize=65536)
@@ -665,7 +673,8 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     m = max(job.num_microbatches, 1)
     pcls = K.precision_class(feat.precision, job.system.gpu.arch)
     return Profile(job, types, list(stages), m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes,
-                   pp_cross, K.QUANT_BYTES[feat.precision], pcls, cpu_offloaded_layer_bytes(job))
+                   pp_cross, K.QUANT_BYTES[feat.precision], pcls, cpu_offloaded_layer_bytes(job),
+                   fine_grained_offloaded_bytes(job))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1004,6 +1013,13 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         off_exp = (S.offload_exposed(prof.offload_bytes, _host_copy_gbs(job), layers_s / st.layers,
                                      job.model.num_layers // len(prof.offload_bytes))
                    if prof.offload_bytes and st.layers else 0.0)
+        if prof.fg_offload and st.layers:
+            # fine-grained activation offloading: each layer's copies hide behind about one layer (schedule doc)
+            gbs, layer_s = _host_copy_gbs(job, duplex=True), layers_s / st.layers
+            for key, n in st.layer_counts.items():
+                b = prof.fg_offload.get(key[:2], 0.0)
+                if b > 0:
+                    off_exp += n * S.offload_exposed((b,), gbs, layer_s)
         # the per-microbatch time: sum() of the walls in this order (the same additions as summing them by name)
         w = (comp, rec, ctp, ccp, ep_exp, host_gap, gemm, attn, mem, a2a_tot,
              sum((comp, rec, ctp, ccp, ep_exp, host_gap, off_exp)), comp + rec + ctp + ccp, off_exp, rec_a2a,
@@ -1011,7 +1027,10 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         stage_walls.append(w)
         done[st] = w
     per_mb = [w[10] for w in stage_walls]
-    steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp)
+    # an interleaved schedule's host enqueues ahead of its GPU except at the forward's dropless host syncs
+    blocks = any(lt.launches.syncs > 0 for lt in prof.types.values())
+    steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp, stage_host=[w[5] for w in stage_walls],
+                                     fwd_host_blocks=blocks)
     bott, top = 0, per_mb[0]  # np.argmax (first maximum) without building an array
     for i, v in enumerate(per_mb):
         if v > top:
@@ -1045,15 +1064,24 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
                      ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
 
 
-def _host_copy_gbs(job: Job) -> float:
-    """Host-link bandwidth per GPU per direction left for activation-offload copies: the system's ``pcie_bw_gbs``,
+def _host_copy_gbs(job: Job, duplex: bool = False) -> float:
+    """Host-copy bandwidth per GPU per direction left for activation-offload copies: the system's ``pcie_bw_gbs``,
     less the scale-out NIC's line rate (``scaleout_bw_gbs``) where the NIC's GPUDirect RDMA traffic shares the GPU's
     PCIe link (``host_link_shared_with_nic``, x86 DGX) and the job spans nodes - the worst case, with the NIC busy
-    throughout (the DP / FSDP collectives of an offloading PP-1 job overlap the whole step)."""
+    throughout (the DP / FSDP collectives of an offloading PP-1 job overlap the whole step) - and at most the GPU's
+    share of the node's host DRAM bandwidth (``host_memory_bw_gbs_per_gpu``: every GPU of the node offloads in the
+    same schedule), halved when ``duplex``: the offloads and the reloads run at the same time and share that
+    bandwidth. Layer-level offloading (TE ``AsyncDoubleBufferGroupOffloadHandler``) waits for each offload before the
+    forward goes on (``synchronize_on_group_commit_forward``), so its two directions take turns; Megatron-Core's
+    fine-grained offloading never makes the forward wait for an offload (``on_group_commit_forward``), so the offload
+    stream trails into the backward and its reloads (``duplex``)."""
     s = job.system
+    link = s.pcie_bw_gbs
     if s.host_link_shared_with_nic and job.gpus > s.gpus_per_node:
-        return max(s.pcie_bw_gbs - s.scaleout_bw_gbs, 0.0)
-    return s.pcie_bw_gbs
+        link = max(s.pcie_bw_gbs - s.scaleout_bw_gbs, 0.0)
+    if s.host_memory_bw_gbs_per_gpu is None:
+        return link
+    return min(link, s.host_memory_bw_gbs_per_gpu / (2.0 if duplex else 1.0))
 
 
 def _step_host(prof: Profile, eff: Efficiency, r: Rates, opt_s: float) -> float:

@@ -28,7 +28,8 @@ for the base job - but not the pipeline split) with n_qk layers on rank q:
   ``||(gpu, host)||_p - gpu``, between 0 and ``host`` for p >= 1 (a p-norm is at least the max-norm and at most the
   1-norm; a group with p < 1 is not bounded), and a rank's non-layer kernels are at most ``embedding_loss`` (half on
   the embedding rank, half on the loss rank, :func:`~moetune.perfmodel.step._stage_works`);
-* O_q = 0: the base job offloads no layer (a group whose profile offloads is not bounded).
+* O_q = 0: the base job offloads nothing, neither layers nor fine-grained modules (a group whose profile offloads is
+  not bounded).
 
 So with Xlo_q = sum_k n_qk (a2a_k + h_k) and Xbar_q = Xlo_q + embedding_loss x launch_us, X_q := per_mb_q - F_q
 lies in [Xlo_q, Xbar_q]. As b is the rank with the longest per-microbatch time, per_mb_b >= per_mb_p >= F_p + Xlo_p
@@ -93,11 +94,11 @@ class QueueBound:
 
     def add_group(self, gkey: tuple, job: Job) -> None:
         """Record the shared parts of group ``gkey`` from ``job``, a base job of the group (no bound when the
-        premises do not hold for it: EP overlap, recompute, layer offloading, a host sharpness below 1)."""
+        premises do not hold for it: EP overlap, recompute, offloading, a host sharpness below 1)."""
         eff = self.eff
         prof, r, priced = job_layer_prices(job, eff)
         feat, lay = job.features, job.layout
-        if (prof.offload_bytes or (feat.overlap_moe_expert_parallel_comm and lay.ep > 1)
+        if (prof.offload_bytes or prof.fg_offload or (feat.overlap_moe_expert_parallel_comm and lay.ep > 1)
                 or not r.host_queue_sharpness >= 1.0 or prof.full_recompute_frac or prof.recompute_frac
                 or prof.recompute_a2a):
             self.groups[gkey] = None

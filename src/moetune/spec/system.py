@@ -57,6 +57,9 @@ class System(FrozenSpec):
     host_memory_gb_per_gpu: float | None = Field(
         default=None, gt=0, description="Host (CPU) memory per GPU, GB: what activation offloading can fill. "
         "None: not known (not checked).")
+    host_memory_bw_gbs_per_gpu: float | None = Field(
+        default=None, gt=0, description="Peak host (CPU) DRAM bandwidth of a node per GPU, GB/s, reads and writes "
+        "together: what the host copies of all GPUs of a node share. None: not known (the host link alone limits).")
     sources: dict[str, str] = Field(default_factory=dict, description="field -> datasheet / measurement it came from.")
 
     def peak(self, precision: str) -> float:
