@@ -640,6 +640,16 @@ def recompute_selection(feat: Features, first_rank_layers: int, v: int
     return rf, rec_a2a, full_frac, notes
 
 
+def quantised_layers(model: ModelArch, feat: Features) -> tuple[bool, frozenset[int]]:
+    """(whether the precision quantises the GEMMs, the decoder layers kept in BF16: the first and last with
+    ``first_last_layers_bf16``) of :func:`build_profile`."""
+    quant_on = feat.precision in FP8_PRECISIONS
+    bf16_layers: frozenset[int] = frozenset()
+    if quant_on and feat.first_last_layers_bf16:
+        bf16_layers = frozenset({0, model.num_layers - 1})
+    return quant_on, bf16_layers
+
+
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     """Work of every pipeline stage of ``job`` for one microbatch (see module doc). The layout's part
     (:func:`_layout_work`), the layer kinds' work (:func:`_layer_types`) and the recompute selection
@@ -647,11 +657,7 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     eff = eff or default_efficiency()
     model, lay, feat = job.model, job.layout, job.features
     seq, mbs = job.seq_length, job.micro_batch_size
-    nl = model.num_layers
-    quant_on = feat.precision in FP8_PRECISIONS
-    bf16_layers: frozenset[int] = frozenset()
-    if quant_on and feat.first_last_layers_bf16:
-        bf16_layers = frozenset({0, nl - 1})
+    quant_on, bf16_layers = quantised_layers(model, feat)
     kernels = eff.kernels
     split, total, stages, first_kinds = _layout_work(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
     assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes]
@@ -943,6 +949,14 @@ def stage_a2a_and_sm(job: Job, efficiency: Efficiency | None = None) -> tuple[li
     return out, sm_frac
 
 
+def layer_host_gap(p: LayerPrice, ep_overlap: bool, sharp: float) -> float:
+    """GPU idle seconds the host adds to one layer of price ``p`` per microbatch (:func:`evaluate`): its launches
+    against the layer's GPU time (:func:`moetune.perfmodel.host.host_exposed`; the dispatch/combine is GPU time unless
+    EP overlap hides it) plus its host syncs (none under EP overlap)."""
+    gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
+    return H.host_exposed(p.host, gpu_t, sharp) + (0.0 if ep_overlap else p.sync)
+
+
 def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     """Seconds per wall for a profile (see module doc); no pydantic (hot path of the fit/planner)."""
     job = prof.job
@@ -978,8 +992,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             ctp += n * p.tp
             ccp += n * p.cp
             exp_tot += n * p.exp
-            gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
-            host_gap += n * (host_exposed(p.host, gpu_t, sharp) + (0.0 if ep_overlap else p.sync))
+            host_gap += n * layer_host_gap(p, ep_overlap, sharp)
         a2a_tot = _stage_a2a(st, priced)
         layers_s = comp + ctp + ccp  # the decoder layers' fwd + bwd (the offload copies hide behind them)
         if st.extra is not None:
@@ -1230,3 +1243,36 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
         band=band_for(job.model, job.system, step),
     )
 
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what the planner's queue bound reads (moetune.plan.queue_bound): the pieces of evaluate, same implementations
+# ------------------------------------------------------------------------------------------------------------
+
+
+def job_layer_prices(job: Job, eff: Efficiency) -> tuple[Profile, Rates, dict[tuple, LayerPrice]]:
+    """The profile of ``job`` (:func:`build_profile`), its rates and the price of each of its layer kinds
+    (:func:`_layer_prices`), as :func:`evaluate` reads them."""
+    prof = build_profile(job, eff)
+    r, _, priced = _layer_prices(prof, eff)
+    return prof, r, priced
+
+
+def pipeline_ranks(model: ModelArch, lay: Layout, seq: int) -> PipelineSplit:
+    """The pipeline split :func:`build_profile` prices for a layout (:func:`_pipeline_split`)."""
+    return _pipeline_split(model, split_fields(lay), seq, lay.tp)
+
+
+def rank_kind_counts(model: ModelArch, ids: tuple[int, ...], n_mtp: int, quant_on: bool, bf16_layers: frozenset[int]
+                     ) -> dict[tuple, float]:
+    """{LayerType.key: count} of one PP rank holding decoder layers ``ids`` and ``n_mtp`` MTP layers, as
+    :func:`_stage_works` counts them (:func:`_stage_kinds`)."""
+    return _stage_kinds(model, (ids,), (n_mtp,), quant_on, bf16_layers)[0][0][0]
+
+
+def extra_floor_seconds(model: ModelArch, seq: int, mbs: int, cp: int, tp: int, emb: bool, loss: bool, r: Rates
+                        ) -> float:
+    """Compute seconds per microbatch of a rank's embedding / output-layer work as :func:`evaluate` adds them to the
+    stage: 3 x (gemm + attention + memory-bound) of :func:`_price_extra` of :func:`_extra_work`."""
+    g, a, e = _price_extra(_extra_work(model, seq, mbs, cp, tp, emb, loss), r)
+    return 3 * (g + a + e)

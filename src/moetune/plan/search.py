@@ -57,6 +57,7 @@ from moetune.perfmodel.memory import (
 from moetune.perfmodel.schedule import pipeline_step, sm_contention
 from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_and_sm
 from moetune.plan.ladder import ladder_cores
+from moetune.plan.queue_bound import QueueBound
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
 from moetune.spec.features import Features
@@ -502,9 +503,10 @@ class SharedBound:
 class Search:
     """One exact search over the layouts of a request (or of its share ``req.partition``).
 
-    Two passes keep it exact and fast: :meth:`pass_1` prices every layout that survives the model-state floor with
-    its base features once (one step-time estimate) and records :func:`_walls_floor` (= :func:`variant_floor`);
-    :meth:`pass_2` visits the layouts in increasing floor order, fits recompute and prices every feature variant
+    Two passes keep it exact and fast: :meth:`pass_1` queues every layout that survives the model-state floor;
+    :meth:`pass_2` visits the layouts in increasing order of the :func:`_walls_floor` (= :func:`variant_floor`) of
+    their base job (:meth:`order`: a layout's base job is priced only when a lower bound on that floor may make it
+    the next, :mod:`moetune.plan.queue_bound`), fits recompute and prices every feature variant
     (:meth:`consider`), and stops as soon as a layout's floor exceeds the k-th best step time found: every later
     layout has a larger floor, so none can win. :meth:`offload_pass` runs only when nothing fits without offloading.
 
@@ -528,8 +530,11 @@ class Search:
     """
 
     def __init__(self, req: PlanRequest, shared: SharedBound | None = None, schedule_bound: bool = True,
-                 starts: dict[str, Any] | None = None, variant_bound: bool = True) -> None:
+                 starts: dict[str, Any] | None = None, variant_bound: bool = True, queue_bound: bool = True) -> None:
         self.req = req
+        #: price a queued layout's base job only when its bound may make it the next (:meth:`order`; ``False`` prices
+        #: every layout first; same result and counters, tests/test_plan_queue.py compares both)
+        self.queue_bound = queue_bound
         self.shared = shared if shared is not None and req.partition[1] > 1 else SharedBound()
         self.schedule_bound = schedule_bound and not req.exact_ranking
         #: skip pricing the variants that :meth:`variant_bounds` proves cannot be recorded (same result and counters;
@@ -553,7 +558,7 @@ class Search:
         self.per_layout: dict[tuple, float] = {}
         self.closest: list[tuple] = []  # heap of (-overflow GiB, n, layout, mode): the closest misses
         self.offload_queue: list[tuple[float, LayoutPoint, tuple[str, bool]]] = []
-        self.queue: list[tuple[float, int, LayoutPoint, tuple[str, bool], float]] = []  # pass 1 -> pass 2
+        self.queue: list[tuple[LayoutPoint, tuple[str, bool]]] = []  # pass 1 -> pass 2 (:meth:`order`)
         self.rejected_rules: dict[str, int] = {}
         self.notes: list[str] = []
         # counters
@@ -567,6 +572,7 @@ class Search:
         self._mem_feats: dict[int, Features] = {}
         self._canon: dict[Features, Features] = {}
         self._layout_cache: dict[tuple, Layout] = {}
+        self._graphs: dict[tuple, list[dict]] = {}  # :meth:`graph_variants`
         self._job_cache: dict[tuple, Job] = {}  # per (layout, Features instance); the instance check guards id reuse
         self._time_cache: dict[tuple, Any] = {}
         self._a2a_cache: dict[tuple, _StageA2A] = {}  # per (layout, Features instance) not priced in full
@@ -588,7 +594,7 @@ class Search:
         return self.result()
 
     def pass_1(self) -> None:
-        """Model-state floor, then one priced base job per surviving layout (queued for :meth:`pass_2`)."""
+        """Model-state floor; the surviving layouts are queued for :meth:`pass_2` (priced by :meth:`order`)."""
         req = self.req
         part_i, part_n = req.partition
         GiB = 1024.0**3
@@ -610,19 +616,54 @@ class Search:
                     self.pruned_mem += 1
                     self.note_miss(over, lp, mode)
                     continue
-                res = self.time_of(lp, self.features(mode, lp, {}))  # the base job (pass 2 prices it again)
-                self.queue.append((_walls_floor(res.walls), len(self.queue), lp, mode, _schedule_floor(res)))
+                self.queue.append((lp, mode))  # priced when :meth:`order` reaches it
+
+    def order(self):
+        """The queued layouts as (queue key, layout, mode, :func:`_schedule_floor`) in increasing (key, queue index)
+        order, the key being :func:`_walls_floor` of the base job's walls: what sorting the queue by (key, index)
+        gives, pricing a layout's base job only when it may be next (:mod:`moetune.plan.queue_bound`).
+
+        The profile of the first layout of each group (precision and state mode, TP, CP, EP, ETP, MBS) gives its
+        group's bound; every layout enters a heap with its bound B <= its key (:class:`moetune.plan.queue_bound.
+        QueueBound`; -inf with ``queue_bound=False``), a priced one with its key K. The least entry is
+        popped; a bound entry is priced and pushed back with its key, a key entry is the next layout. Proof that the
+        keys come out in sorted order: when the key entry (K, i) is the least, every layout j not yet priced has its
+        bound entry (B_j, j) >= (K, i) in the heap, so (K_j, j) >= (B_j, j) >= (K, i), and j != i makes it strict;
+        every priced layout not yet returned has its key entry in the heap, >= (K, i). So (K, i) is the least
+        (key, index) of the layouts not yet returned. The caller stops early (the rest of the queue has keys above
+        the k-th best): the layouts never popped are never priced."""
+        heap: list[tuple[float, int, bool]] = []
+        req = self.req
+        qb = QueueBound(self.eff, req.gpus, req.global_batch_size) if self.queue_bound else None
+        for i, (lp, mode) in enumerate(self.queue):
+            gkey = (mode, lp.tp, lp.cp, lp.ep, lp.etp, lp.mbs)
+            if qb is not None:
+                if gkey not in qb.groups:
+                    qb.add_group(gkey, self.job_of(lp, self.features(mode, lp, {})))
+                heap.append((qb.bound(gkey, lp, self.layout_of), i, False))
+            else:
+                heap.append((float("-inf"), i, False))
+        heapq.heapify(heap)
+        while heap:
+            key, i, priced = heapq.heappop(heap)
+            lp, mode = self.queue[i]
+            res = self.time_of(lp, self.features(mode, lp, {}))  # the base job (pass 2 prices it again)
+            if priced:
+                yield key, lp, mode, _schedule_floor(res)
+            else:
+                heapq.heappush(heap, (_walls_floor(res.walls), i, True))
 
     def pass_2(self) -> None:
-        """Best-first by the variant floor: fit recompute (least first) and price the variants of each layout."""
+        """Best-first by the variant floor (:meth:`order`): fit recompute (least first) and price the variants of
+        each layout."""
         floor_rec = self.rec_opts[-1][1]
-        queue = sorted(self.queue, key=lambda x: (x[0], x[1]))
-        for i, (floor, _, lp, mode, sched_floor) in enumerate(queue):
-            report(i, len(queue), "layouts")
+        n = len(self.queue)
+        for i, (floor, lp, mode, sched_floor) in enumerate(self.order()):
+            report(i, n, "layouts")
             if self.req.first_fit and self.best_by_layout:
                 break
             if floor > self.kth_best():
-                self.pruned_bound += len(queue) - i
+                self.pruned_bound += n - i
                 break
             if self.schedule_bound and (sched_floor > self.kth_best() or self.ep_floor(lp, mode) > self.kth_best()):
                 # no variant can enter the top-K, so none would be recorded (:func:`_schedule_floor`): skip it, its
@@ -774,7 +815,7 @@ class Search:
         lk = lp.key()
         bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
         for disp in _dispatcher_variants(req, lp):
-            for gr in _graph_variants(req, upd, disp):
+            for gr in self.graph_variants(upd, disp):
                 if fitted is not None:
                     vkey = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
                             gr["cuda_graph_impl"], gr["cuda_graph_scope"])
@@ -958,7 +999,7 @@ class Search:
         for disp in _dispatcher_variants(req, lp):
             dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
             # the CUDA-graph variants :meth:`consider` prices with this dispatcher under the rest of the ladder
-            graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in _graph_variants(req, r, disp)}
+            graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in self.graph_variants(r, disp)}
             if all((*dk, *g) in fitted for g in graphs):
                 continue
             if own:
@@ -1007,14 +1048,28 @@ class Search:
             got = self._feat_cache[key] = self._canon.setdefault(got, got)
         return got
 
+    def graph_variants(self, recompute: dict, disp: dict) -> list[dict]:
+        """:func:`_graph_variants` of the request, one list per distinct (recompute, dispatcher) updates (read only)."""
+        key = (tuple(recompute.items()), tuple(disp.items()))
+        got = self._graphs.get(key)
+        if got is None:
+            got = self._graphs[key] = _graph_variants(self.req, recompute, disp)
+        return got
+
+    def layout_of(self, lp: LayoutPoint) -> Layout:
+        """``_layout(lp)``, one instance per layout point."""
+        lk = lp.key()
+        lay = self._layout_cache.get(lk)
+        if lay is None:
+            lay = self._layout_cache[lk] = _layout(lp)
+        return lay
+
     def job_of(self, lp: LayoutPoint, feats: Features) -> Job:
         lk = lp.key()
         got = self._job_cache.get((lk, id(feats)))
         if got is not None and got.features is feats:
             return got
-        lay = self._layout_cache.get(lk)
-        if lay is None:
-            lay = self._layout_cache[lk] = _layout(lp)
+        lay = self.layout_of(lp)
         req = self.req
         # trusted (= model_construct): every field is an already validated spec (the request's, the layout's, the
         # variant's) or a request integer checked when the request was built; Job has no validator beyond those
