@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from moetune.catalog.models import get_model
-from moetune.catalog.release_configs import publishing_presets
+from moetune.catalog.release_configs import publishing_presets, run_preset
 from moetune.catalog.systems import get_system
 from moetune.commands import knobs
 from moetune.errors import MoetuneError
@@ -81,11 +81,23 @@ def _possible_layout(r: dict, model: str, system: str, prec: str, gpus: int, gbs
     (Megatron-Core's world-size rules, ``spec.validate.world_size_violation``) is a fact about the table: the row is
     priced with the layout of the release's preset for the same model, GPU, precision, GPU count and batch
     (``catalog.release_configs.publishing_presets``), which is what NVIDIA's scripts ran, and says so; (None, why)
-    when there is no such preset."""
+    when there is no such preset. A layout that can exist but whose VP / MBS match no preset of the release takes
+    them from the publishing commit's preset with its parallelism, GPU count and batch
+    (``catalog.release_configs.run_preset``, as ``build_published_job`` does)."""
     etp = pub.get("etp") or bridge_default_etp(pub["tp"], pub["ep"])
     why = world_size_violation(pub["tp"], pub["cp"], pub["pp"], pub["ep"], etp, gpus)
     if why is None:
-        return pub, ""
+        ran = run_preset(model, system, prec, r.get("release", "").strip(), gpus=gpus, tp=pub["tp"], pp=pub["pp"],
+                         cp=pub["cp"], vp=pub["vpp"], ep=pub["ep"], etp=pub.get("etp"), gbs=gbs, mbs=pub["mbs"])
+        if ran is None:
+            return pub, ""
+        # the table's VP / MBS match no preset of the release: the publishing commit's preset with the row's
+        # parallelism, GPU count and batch is what ran (the same rule as build_published_job)
+        got = {**pub, "vpp": ran.fields["virtual_pipeline_model_parallel_size"] or 1,
+               "mbs": ran.fields["micro_batch_size"]}
+        return got, (f"table VP{pub['vpp']} MBS{pub['mbs']} match no preset of the release; priced with VP"
+                     f"{got['vpp']} MBS{got['mbs']} of preset {ran.name} (release {ran.release}, commit "
+                     f"{ran.commit[:9]})")
     for p in publishing_presets(model, system, prec, r.get("release", "").strip(), gpus=gpus, gbs=gbs):
         f = p.fields
         got = {"tp": f["tensor_model_parallel_size"], "pp": f["pipeline_model_parallel_size"],
@@ -284,6 +296,11 @@ def main(argv: list[str] | None = None) -> None:
                     why = classify_miss(r, res)
                 except (MoetuneError, ValueError) as exc:  # a row NVIDIA's preset cannot be rebuilt for
                     why = f"unclassified: {exc}"
+                task = (r.get("task") or "pretrain").strip()
+                if task != "pretrain":
+                    # moetune models pre-training only: a fine-tuning row (LoRA freezes the base weights: no main
+                    # gradients or optimizer state for them, no wgrad GEMMs) is priced as pre-training
+                    why = f"task {task} (priced as pre-training): {why}"
                 kind = why.split(":")[0]
                 counts[kind] = counts.get(kind, 0) + 1
                 print(f"{r['release']} {r['model']} {r['system']} {r['num_gpus']} {r['precision']} rank {res['rank']} "

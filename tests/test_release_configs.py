@@ -188,3 +188,63 @@ X_SFT_CONFIG_B200_BF16_V1 = BASE_X
     new = 'elif moe_flex_dispatcher_backend == "hybridep":\n  if not device_properties.major in [8, 9, 10]:\nelse:'
     assert tool._flex_gate(old)["hybridep"] == "GB200,GB300"
     assert tool._flex_gate(new)["hybridep"] == "sm8x,sm9x,sm10x"
+
+
+def test_a_table_vp_mbs_no_preset_has_take_the_publishing_presets():
+    """26.02.01 Llama-3-70B 64 GB300 MXFP8: the table says TP1 PP4 MBS2 without VP; every GB300 FP8_MX preset of the
+    publishing commit cfeddcd (V1 GBS 128, V2 GBS 256) runs PP4 VP5 MBS1. The job is built as the V2 preset ran
+    (MBS1 VP5: it fits, where MBS2 without VP needs ~270 GiB of activations); a row whose layout and batch match a
+    preset keeps them."""
+    from moetune.catalog.release_configs import run_preset
+    from moetune.perfmodel.memory import estimate_memory
+
+    kw = dict(gpus=64, tp=1, pp=4, cp=1, ep=1, etp=None, gbs=256)
+    p = run_preset("Llama-3-70B", "DGX-GB300", "mxfp8", "26.02.01", vp=None, mbs=2, **kw)
+    assert p is not None and p.name == "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2"
+    assert run_preset("Llama-3-70B", "DGX-GB300", "mxfp8", "26.02.01", vp=5, mbs=1, **kw) is None
+    assert run_preset("Llama-3-70B", "DGX-GB300", "mxfp8", "26.02.01", vp=None, mbs=2, **{**kw, "pp": 8}) is None
+    job = build_published_job(model=get_model("Llama-3-70B"), system="DGX-GB300", gpus=64, precision="mxfp8",
+                              gbs=256, mbs=2, seq=8192, tp=1, pp=4, cp=1, vp=None, ep=1, release="26.02.01")
+    assert (job.micro_batch_size, job.layout.vpp_size) == (1, 5)
+    assert any("match no preset" in a and "FP8_MX_V2" in a for a in job.assumptions)
+    assert estimate_memory(job).fits
+    # without the release the table's cells stand
+    plain = build_published_job(model=get_model("Llama-3-70B"), system="DGX-GB300", gpus=64, precision="mxfp8",
+                                gbs=256, mbs=2, seq=8192, tp=1, pp=4, cp=1, vp=None, ep=1)
+    assert (plain.micro_batch_size, plain.layout.vpp_size) == (2, 1)
+
+
+def test_gpt_oss_h100_25_11_runs_the_presets_micro_batch(monkeypatch):
+    """25.11 GPT-OSS-120B 64 H100: the table gives MBS4 (the B200 / GB200 presets' value); the H100 preset of the
+    publishing commit 97ad8cc runs PP4 EP8 MBS1 at the same GPU count and batch. The plan bench pins that layout."""
+    import csv
+
+    monkeypatch.syspath_prepend(str(DATA.parent / "bench"))
+    import plan_vs_published as bench
+
+    rows = [r for r in csv.DictReader((DATA / "perf" / "mbridge_perf_calibration.csv").open())
+            if r["release"] == "25.11" and r["model"] == "GPT OSS 120B" and r["system"] == "DGX-H100"]
+    assert len(rows) == 1 and rows[0]["mbs"] == "4"
+    (_, kw, pub), note = bench._row_setup(rows[0])
+    assert (pub["pp"], pub["ep"], pub["vpp"], pub["mbs"]) == (4, 8, 1, 1)
+    assert "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_BASE_CONFIG" in note
+    job = build_published_job(model=kw["model"], system="DGX-H100", gpus=64, precision="bf16", gbs=512, mbs=4,
+                              seq=4096, tp=1, pp=4, cp=1, vp=None, ep=8, release="25.11")
+    assert job.micro_batch_size == 1 and job.features.recompute_modules == ("layernorm", "moe_act")
+
+
+def test_plan_bench_names_fine_tuning_rows_priced_as_pretraining(monkeypatch, capsys):
+    """The table's ``lora`` / ``sft`` rows are planned as pre-training (no PEFT mode): --classify says so before the
+    cause, so LoRA's frozen-weight optimizer state is not read as a memory-model error."""
+    monkeypatch.syspath_prepend(str(DATA.parent / "bench"))
+    import plan_vs_published as bench
+
+    rows = {"pretrain": {"release": "26.06", "model": "M", "system": "S", "num_gpus": "8", "precision": "MXFP8",
+                         "task": "pretrain", "tp": "1", "pp": "2", "cp": "1", "vp": "20", "ep": "1", "mbs": "1"}}
+    rows["lora"] = {**rows["pretrain"], "task": "lora"}
+    res = {"rank": 25, "gap": 0.15, "ok": False, "top1": "-", "pub_t": 1.0, "best_t": 0.9}
+    monkeypatch.setattr(bench, "plan_rows", lambda rs: [(r, res, "") for r in rows.values()])
+    monkeypatch.setattr(bench, "classify_miss", lambda r, res: "memory: recipe needs more")
+    bench.main(["--classify", "--match", "nothing-matches"])
+    out = capsys.readouterr().out
+    assert "misses by cause: memory 1, task lora (priced as pre-training) 1" in out

@@ -83,11 +83,7 @@ def release_preset(model_name: str, system_name: str, precision: str, release: s
             if not sep or name_key(head) != model_key or not re.fullmatch(r"V\d+|BASE_CONFIG", tail):
                 continue
             f = {**rel["defaults"], **_data()["table"][group["presets"][name]]}
-            vpf = f["virtual_pipeline_model_parallel_size"]
-            got = (f["tensor_model_parallel_size"], f["pipeline_model_parallel_size"], f["context_parallel_size"],
-                   vpf if vpf and vpf > 1 else None, f["expert_model_parallel_size"],
-                   f["expert_tensor_parallel_size"] or 1, f["num_gpus"], f["global_batch_size"], f["micro_batch_size"])
-            if got[:n_fields] == want[:n_fields]:
+            if _run_key(f)[:n_fields] == want[:n_fields]:
                 return ReleasePreset(release, name, group["commit"], f, dict(group.get("flex_gate", gate)))
         return None
 
@@ -96,6 +92,34 @@ def release_preset(model_name: str, system_name: str, precision: str, release: s
         if found is not None:
             return found
     return matches(rel, 6)
+
+
+def _run_key(f: dict[str, Any]) -> tuple:
+    """(TP, PP, CP, VP or None, EP, ETP, GPUs, global batch, micro batch) of a preset's fields."""
+    vpf = f["virtual_pipeline_model_parallel_size"]
+    return (f["tensor_model_parallel_size"], f["pipeline_model_parallel_size"], f["context_parallel_size"],
+            vpf if vpf and vpf > 1 else None, f["expert_model_parallel_size"], f["expert_tensor_parallel_size"] or 1,
+            f["num_gpus"], f["global_batch_size"], f["micro_batch_size"])
+
+
+def run_preset(model_name: str, system_name: str, precision: str, release: str, *, gpus: int, tp: int, pp: int,
+               cp: int, vp: int | None, ep: int, etp: int | None, gbs: int, mbs: int) -> ReleasePreset | None:
+    """The preset a published row ran with when the table's VP / MBS cells match no preset of its release: the one
+    of the publishing commit with the row's model, GPU, precision, GPU count, global batch and TP / PP / CP / EP /
+    ETP, whose VP and MBS are then the run's (the release's scripts ran that preset; e.g. the 26.02.01 table gives
+    Llama-3-70B 64 GB300 MXFP8 as PP4 MBS2 without VP, and every GB300 FP8_MX preset of its commit cfeddcd is
+    ``LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V1/V2``: PP4 VP5 MBS1). None when a preset has the row's whole layout
+    and batch (:func:`release_preset` finds it) or when none has its parallelism, GPU count and batch."""
+    found = release_preset(model_name, system_name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep,
+                           etp=etp, gbs=gbs, mbs=mbs)
+    want = (tp, pp, cp, vp if vp and vp > 1 else None, ep, etp or 1, gpus, gbs, mbs)
+    if found is not None and _run_key(found.fields) == want:
+        return None
+    for p in publishing_presets(model_name, system_name, precision, release, gpus=gpus, gbs=gbs):
+        got = _run_key(p.fields)
+        if got[:3] + got[4:8] == want[:3] + want[4:8]:
+            return p
+    return None
 
 
 def publishing_presets(model_name: str, system_name: str, precision: str, release: str, *, gpus: int,

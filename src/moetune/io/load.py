@@ -821,8 +821,10 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     model/system/precision when one exists (else :func:`perf_common_features`), routing force-balanced and dropless
     (the tables' footnote). With the row's ``release``, the searched features (dispatcher, CUDA graphs, EP overlap,
     recompute, offloading) are those of the workload preset the release was published with, where one has the row's
-    layout and batch (:mod:`moetune.catalog.release_configs`)."""
-    from moetune.catalog.release_configs import preset_features, release_preset
+    layout and batch (:mod:`moetune.catalog.release_configs`); where the table's VP / MBS match no preset of the
+    release, the VP and MBS of the publishing commit's preset with the row's parallelism, GPU count and batch
+    (:func:`~moetune.catalog.release_configs.run_preset`: what the release's scripts ran)."""
+    from moetune.catalog.release_configs import preset_features, release_preset, run_preset
     from moetune.catalog.systems import get_system
 
     sysm = get_system(system)
@@ -830,6 +832,14 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     feats = rjob.features if rjob is not None else None
     preset = None
     if release:
+        ran = run_preset(model.name, sysm.name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep,
+                         etp=etp, gbs=gbs, mbs=mbs)
+        if ran is not None:
+            f = ran.fields
+            notes.append(f"table VP{vp or 1} MBS{mbs} match no preset of release {release}: VP"
+                         f"{f['virtual_pipeline_model_parallel_size'] or 1} MBS{f['micro_batch_size']} of preset "
+                         f"{ran.name} (commit {ran.commit[:9]})")
+            vp, mbs = f["virtual_pipeline_model_parallel_size"], f["micro_batch_size"]
         preset = release_preset(model.name, sysm.name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp,
                                 ep=ep, etp=etp, gbs=gbs, mbs=mbs)
     pl_fields: dict[str, Any] = {}
