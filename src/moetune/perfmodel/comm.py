@@ -31,17 +31,23 @@ Inter-node all-to-all (what makes cross-node EP slow; constants in efficiency.ya
   see is the performance of a single NIC"), and with PXN (NCCL default, ``NCCL_PXN_DISABLE=0``) a message for a
   remote GPU on another rail first crosses NVLink to the local GPU on the destination's rail, so (e_in − 1)/e_in of
   the remote bytes also load NVLink (:func:`a2a_bytes`).
-* **Peers and congestion.** The NCCL all-to-all is one send/recv per peer; with more remote domains each NIC serves
-  more concurrent flows (incast at the receivers, congestion in the fabric) and the achieved bandwidth falls below
-  the ring bus bandwidth: :func:`a2a_nic_factor` = 1 / (1 + ``scaleout_a2a_falloff`` · log2(remote domains)),
-  fitted on the published rows with cross-node EP.
+* **Wire rate.** The inter-node bytes of an EP all-to-all cross each GPU's own NIC at ``a2a_wire_eff`` of its line
+  rate, whichever library moves them: the NCCL all-to-all (rail-aligned through PXN, one send/recv per peer with
+  messages of MBs) and the DeepEP / HybridEP RDMA kernels reach the same per-NIC rate. Sources: nccl-tests issues
+  #267 and #290 (NCCL maintainers: an all-to-all across NDR 400 Gb/s nodes should reach 46-49 GB/s per NIC); the
+  DeepEP README normal kernels on H800 + CX7, internode EP32 / EP64 dispatch 58 / 51 GB/s, a bandwidth that counts
+  the node-local share of the tokens (3/4 and 7/8 of it cross the wire: 43.5 / 44.6 GB/s); the Hybrid-EP README H100
+  IB table, kernel time, BF16 dispatch EP32 / EP64 57.7 / 50.0 GB/s, counted the same way
+  (``tests/test_hybrid_ep.py count_rdma_send_from_routing_map`` keeps the local node): 43.3 / 43.7 GB/s on the
+  wire. So the rate holds from 4 to 8 nodes, and one measured row agrees for NCCL: GPT-OSS-120B on 64 DGX-B200,
+  EP64 ``alltoall`` (7 remote nodes), runs at 10.18 s per step, which leaves at most 5.4 s for its 8.08 s of
+  all-to-all as the ring rate with a peer fall-off priced it (0.59 of line rate), and 5.5 s at ``a2a_wire_eff``.
+  No fall-off with the number of nodes is applied: none of these sources shows one.
 * **Latency floor.** Each all-to-all pays a fixed start-up (``a2a_latency_us``: NVLink-only vs. over the network,
   plus a per-remote-peer cost of posting one more send/recv), which dominates only for small messages per peer.
 * **DeepEP / HybridEP internode.** A token crosses the network once per remote domain holding one of its experts
-  (RDMA to the same-rail GPU of that node) and is forwarded over NVLink there; the RDMA path sustains the DeepEP
-  README's normal-kernel rate (``deepep_rdma_eff`` of the NIC: H800 + CX7, internode EP32/64 ~43-45 GB/s of payload
-  crossing the network per GPU), independent of the NCCL peer fall-off. The kernels hold ``deepep_sms`` /
-  ``hybridep_sms`` SMs while they run (:mod:`moetune.perfmodel.step`).
+  (RDMA to the same-rail GPU of that node) and is forwarded over NVLink there (:func:`a2a_bytes`). The kernels hold
+  ``deepep_sms`` / ``hybridep_sms`` SMs while they run (:mod:`moetune.perfmodel.step`).
 """
 
 from __future__ import annotations
@@ -111,14 +117,6 @@ def a2a_remote_domains(ep: int, etp: int, domain: int) -> int:
     return max(0, math.ceil(ep / e_in) - 1)
 
 
-def a2a_nic_factor(remote_domains: int, falloff: float) -> float:
-    """Share of the NIC bus bandwidth an NCCL all-to-all keeps with ``remote_domains`` remote NVLink domains
-    (module doc: one NIC per GPU, more concurrent flows per NIC as domains are added)."""
-    if remote_domains <= 1:
-        return 1.0
-    return 1.0 / (1.0 + falloff * math.log2(remote_domains))
-
-
 def a2a_latency_s(remote_domains: int, remote_peers: float, lat: dict[str, float]) -> float:
     """Fixed start-up of one all-to-all: ``lat['nvlink']`` us on one domain, else ``lat['network']`` us plus
     ``lat['per_remote_peer']`` us per remote peer (module doc)."""
@@ -167,17 +165,15 @@ def cp_bytes_per_layer(tokens_local: float, kv_width: float, cp: int, cp_comm_ty
 
 
 def a2a_network(ep: int, etp: int, domain: int, dispatcher: str, backend: str | None, nic_raw_gbs: float, *,
-                scaleout_eff: float, falloff: float, deepep_rdma_eff: float, latency_us: dict[str, float]
-                ) -> tuple[float, float]:
-    """(NIC bandwidth in GB/s, start-up seconds) of one EP dispatch or combine of this layout (module doc):
-    DeepEP/HybridEP internode at ``deepep_rdma_eff`` of the raw NIC rate, NCCL all-to-all at the fitted scale-out
-    fraction times :func:`a2a_nic_factor`; the all-gather dispatcher's ring collectives keep the ring rate."""
+                scaleout_eff: float, wire_eff: float, latency_us: dict[str, float]) -> tuple[float, float]:
+    """(NIC bandwidth in GB/s, start-up seconds) of one EP dispatch or combine of this layout (module doc): an
+    all-to-all's inter-node bytes (NCCL ``alltoall`` or DeepEP / HybridEP internode) at ``wire_eff`` of the raw NIC
+    rate, the same for any number of remote domains; the all-gather dispatcher's ring collectives at the ring rate
+    (``scaleout_eff``)."""
     remote = a2a_remote_domains(ep, etp, domain) if ep > 1 else 0
     e_in = max(1, min(ep, domain // max(etp, 1)))
     peers = max(ep - e_in, 0)
     lat = a2a_latency_s(remote, peers, latency_us) if ep > 1 or dispatcher == "allgather" else 0.0
-    if dispatcher == "flex" and backend in ("deepep", "hybridep") and remote > 0:
-        return nic_raw_gbs * deepep_rdma_eff, lat
     if dispatcher == "allgather":
         return nic_raw_gbs * scaleout_eff, lat
-    return nic_raw_gbs * scaleout_eff * a2a_nic_factor(remote, falloff), lat
+    return nic_raw_gbs * wire_eff, lat

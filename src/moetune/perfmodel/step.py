@@ -770,7 +770,7 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
     cpu = H.host_cpu_family(system.host_cpu)
     nic_a2a, a2a_lat = C.a2a_network(
         ep, etp, system.nvlink_domain, dispatcher, backend, system.scaleout_bw_gbs, scaleout_eff=eff["scaleout_eff"],
-        falloff=eff["scaleout_a2a_falloff"], deepep_rdma_eff=eff["deepep_rdma_eff"],
+        wire_eff=eff["a2a_wire_eff"],
         latency_us=eff.constants["a2a_latency_us"])
     return Rates(
         peak_bf16=peak_b, peak_quant=peak_q, eff_bf16=eff_b, eff_quant=eff_q, knee=eff["gemm_knee"],
