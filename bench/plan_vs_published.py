@@ -93,11 +93,8 @@ def _possible_layout(r: dict, model: str, system: str, prec: str, gpus: int, gbs
             return pub, ""
         # the table's VP / MBS match no preset of the release: the publishing commit's preset with the row's
         # parallelism, GPU count and batch is what ran (the same rule as build_published_job)
-        got = {**pub, "vpp": ran.fields["virtual_pipeline_model_parallel_size"] or 1,
-               "mbs": ran.fields["micro_batch_size"]}
-        return got, (f"table VP{pub['vpp']} MBS{pub['mbs']} match no preset of the release; priced with VP"
-                     f"{got['vpp']} MBS{got['mbs']} of preset {ran.name} (release {ran.release}, commit "
-                     f"{ran.commit[:9]})")
+        rvp, rmbs = ran.run_vp_mbs()
+        return {**pub, "vpp": rvp, "mbs": rmbs}, ran.run_note(pub["vpp"], pub["mbs"])
     for p in publishing_presets(model, system, prec, r.get("release", "").strip(), gpus=gpus, gbs=gbs):
         f = p.fields
         got = {"tp": f["tensor_model_parallel_size"], "pp": f["pipeline_model_parallel_size"],

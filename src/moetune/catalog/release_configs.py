@@ -45,6 +45,17 @@ class ReleasePreset:
     fields: dict[str, Any]
     flex_gate: dict[str, str]
 
+    def run_vp_mbs(self) -> tuple[int, int]:
+        """(VP, micro batch) this preset runs (VP 1 without interleaving)."""
+        return self.fields["virtual_pipeline_model_parallel_size"] or 1, self.fields["micro_batch_size"]
+
+    def run_note(self, vp: int | None, mbs: int) -> str:
+        """What a published row whose table VP ``vp`` / MBS ``mbs`` match no preset of its release ran instead
+        (:func:`run_preset`): this preset's VP and MBS."""
+        rvp, rmbs = self.run_vp_mbs()
+        return (f"table VP{vp or 1} MBS{mbs} match no preset of release {self.release}: VP{rvp} MBS{rmbs} of preset "
+                f"{self.name} (commit {self.commit[:9]})")
+
 
 @memo(maxsize=1)
 def _data() -> dict:

@@ -835,11 +835,8 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
         ran = run_preset(model.name, sysm.name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep,
                          etp=etp, gbs=gbs, mbs=mbs)
         if ran is not None:
-            f = ran.fields
-            notes.append(f"table VP{vp or 1} MBS{mbs} match no preset of release {release}: VP"
-                         f"{f['virtual_pipeline_model_parallel_size'] or 1} MBS{f['micro_batch_size']} of preset "
-                         f"{ran.name} (commit {ran.commit[:9]})")
-            vp, mbs = f["virtual_pipeline_model_parallel_size"], f["micro_batch_size"]
+            notes.append(ran.run_note(vp, mbs))
+            vp, mbs = ran.fields["virtual_pipeline_model_parallel_size"], ran.fields["micro_batch_size"]
         preset = release_preset(model.name, sysm.name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp,
                                 ep=ep, etp=etp, gbs=gbs, mbs=mbs)
     pl_fields: dict[str, Any] = {}

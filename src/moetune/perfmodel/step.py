@@ -1244,7 +1244,6 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
     )
 
 
-
 # ------------------------------------------------------------------------------------------------------------
 # what the planner's queue bound reads (moetune.plan.queue_bound): the pieces of evaluate, same implementations
 # ------------------------------------------------------------------------------------------------------------
@@ -1258,7 +1257,7 @@ def job_layer_prices(job: Job, eff: Efficiency) -> tuple[Profile, Rates, dict[tu
     return prof, r, priced
 
 
-def pipeline_ranks(model: ModelArch, lay: Layout, seq: int) -> PipelineSplit:
+def pipeline_split(model: ModelArch, lay: Layout, seq: int) -> PipelineSplit:
     """The pipeline split :func:`build_profile` prices for a layout (:func:`_pipeline_split`)."""
     return _pipeline_split(model, split_fields(lay), seq, lay.tp)
 

@@ -50,7 +50,7 @@ from moetune.perfmodel.step import (
     extra_floor_seconds,
     job_layer_prices,
     layer_host_gap,
-    pipeline_ranks,
+    pipeline_split,
     quantised_layers,
     rank_kind_counts,
 )
@@ -156,7 +156,7 @@ class QueueBound:
         step.build_profile`: it reads the sequence only where the layout gives no valid split)."""
         model, seq = g.args[0], g.args[1]
         self._model = model  # one request: one model
-        split = pipeline_ranks(model, lay, seq)
+        split = pipeline_split(model, lay, seq)
         out = []
         for p in range(len(split.layers)):
             content = (split.layers[p], split.mtp[p], split.embedding[p], split.loss[p])
