@@ -145,3 +145,37 @@ def test_bridge_yaml_errors(tmp_path, text, needle):
 def test_missing_file():
     with pytest.raises(InputError, match="no such file"):
         read_bridge_config("/nonexistent/cfg.yaml")
+
+
+@pytest.mark.parametrize("name", ["memory.yaml", "efficiency.yaml", "uncertainty.yaml", "kernel_taxonomy.yaml"])
+def test_load_yaml_reads_the_catalogs_as_safe_load(name):
+    """moetune.files.load_yaml (libyaml's parser where PyYAML has it) gives the values of ``yaml.safe_load``, types
+    included (1 vs 1.0, '1e9' strings, dates), on every shipped catalog YAML."""
+    from importlib import resources
+
+    import yaml
+
+    from moetune.files import load_yaml
+
+    text = (resources.files("moetune.catalog") / name).read_text()
+    want, got = yaml.safe_load(text), load_yaml(text)
+
+    def typed(x):
+        if isinstance(x, dict):
+            return {k: typed(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [typed(v) for v in x]
+        return (type(x).__name__, x)
+
+    assert want and typed(got) == typed(want)
+
+
+def test_load_yaml_rejects_what_safe_load_rejects():
+    import yaml
+
+    from moetune.files import load_yaml
+
+    with pytest.raises(yaml.YAMLError):
+        load_yaml("a: [1, 2")
+    with pytest.raises(yaml.YAMLError):
+        load_yaml("!!python/object:os.system {}")

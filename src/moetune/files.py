@@ -55,6 +55,16 @@ def read_text(path: str | Path, expected: str = "a UTF-8 text file") -> str:
     return decode_text(read_bytes(path, expected), str(path), expected)
 
 
+def load_yaml(text):
+    """``yaml.safe_load(text)`` through libyaml's parser where PyYAML has it (``yaml.CSafeLoader``; else
+    ``yaml.SafeLoader``): the same constructor and resolvers, so the same Python values, parsed ~10x faster (the
+    shipped catalogs: 21 ms -> 2 ms of every ``plan`` / ``estimate``). ``text``: a str or an open file. Raises
+    ``yaml.YAMLError`` as ``safe_load`` does."""
+    import yaml
+
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (a safe loader)
+
+
 def check_writable(paths: Iterable[str | Path]) -> None:
     """Fail before any work is written if an output's folder is missing or the target is a directory."""
     for path in paths:

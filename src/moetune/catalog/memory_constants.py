@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from moetune.files import load_yaml
 from moetune.memo import memo
 
 _PATH = Path(__file__).with_name("memory.yaml")
@@ -16,7 +15,7 @@ _PATH = Path(__file__).with_name("memory.yaml")
 def memory_catalog() -> dict[str, dict[str, Any]]:
     """All entries: name -> {value, source}."""
     with _PATH.open() as f:
-        data = yaml.safe_load(f)
+        data = load_yaml(f)
     for name, entry in data.items():
         if not isinstance(entry, dict) or "value" not in entry or "source" not in entry:
             raise ValueError(f"{_PATH}: entry {name!r} needs 'value' and 'source'")

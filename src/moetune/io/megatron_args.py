@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from moetune.errors import InputError
+from moetune.files import load_yaml
 from moetune.memo import memo
 
 # flag -> (target paths, type). Types: int, float, str, bool (store_true), nobool (store_false: sets False),
@@ -823,9 +824,8 @@ def _parse(text: str, name: str) -> dict:
     if stripped.startswith("--") or not re.search(r"^\s*MODEL_ARGS\s*:", text, re.M):
         pairs = _consume(_strip_launcher(shell_words(text)))
     else:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         try:
-            doc = yaml.load(text, Loader=loader)  # noqa: S506 (a safe loader)
+            doc = load_yaml(text)
         except yaml.YAMLError as e:
             raise InputError(f"not valid YAML ({' '.join(str(e).split())[:200]})", field="yaml",
                              expected="a model_config.yaml mapping") from None

@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from moetune.errors import InputError
+from moetune.files import load_yaml
 from moetune.memo import FrozenMap, memo
 
 FORMAT = "moetune-efficiency/1"
@@ -148,7 +149,7 @@ def _parse(data: Any, origin: str) -> Efficiency:
 def default_efficiency() -> Efficiency:
     """The shipped parameter set (``moetune/catalog/efficiency.yaml``)."""
     text = (resources.files("moetune.catalog") / "efficiency.yaml").read_text()
-    return _parse(yaml.safe_load(text), "catalog")
+    return _parse(load_yaml(text), "catalog")
 
 
 def load_efficiency(path: str | Path | None = None) -> Efficiency:
@@ -160,7 +161,7 @@ def load_efficiency(path: str | Path | None = None) -> Efficiency:
     p = Path(path)
     text = read_text(p, "an efficiency YAML (from moetune calibrate)")
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         raise InputError(f"{p}: not valid YAML ({exc.__class__.__name__})", field="efficiency") from None
     return _parse(data, str(p))

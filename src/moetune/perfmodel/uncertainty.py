@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from moetune.errors import InputError
+from moetune.files import load_yaml
 from moetune.memo import memo
 
 FORMAT = "moetune-uncertainty/1"
@@ -126,7 +127,7 @@ def _parse(doc: Any, origin: str) -> dict[str, Any]:
 def shipped_table() -> dict[str, Any]:
     """``catalog/uncertainty.yaml``."""
     text = (resources.files("moetune.catalog") / "uncertainty.yaml").read_text()
-    return _parse(yaml.safe_load(text), "catalog/uncertainty.yaml")
+    return _parse(load_yaml(text), "catalog/uncertainty.yaml")
 
 
 def band_for(model: Any, system: Any, step_s: float, table: dict[str, Any] | None = None) -> Band:
