@@ -194,6 +194,30 @@ def test_parallel_search_finds_the_sequential_candidates():
             assert par.per_layout_best[key] == pytest.approx(t, rel=1e-12)
 
 
+def test_shared_bound_is_the_kth_best_of_every_shares_records():
+    """The parallel search's bound: the K-th smallest of the new-layout step times every share has offered (a single
+    search's bound after the same records), +inf until K were offered; a share prunes with the smaller of it and its
+    own k-th best."""
+    import multiprocessing
+
+    from moetune.plan.search import SharedBound
+
+    ctx = multiprocessing.get_context("fork")
+    inf = float("inf")
+    b = SharedBound(ctx.Value("d", inf), ctx.Array("d", [inf] * 3, lock=False))
+    for step in (5.0, 9.0):  # share A
+        b.offer(step)
+    assert b.tighten(inf) == inf and b.tighten(7.0) == 7.0
+    b.offer(4.0)  # share B: three offered -> 9.0
+    assert b.tighten(inf) == 9.0
+    for step in (3.0, 9.5, 6.0):  # B, A, A: the three smallest are 3, 4, 5
+        b.offer(step)
+    assert b.tighten(inf) == 5.0 and b.tighten(4.5) == 4.5
+    one = SharedBound()  # one process: the share's own bound, offers ignored
+    one.offer(1.0)
+    assert one.tighten(inf) == inf and one.tighten(2.0) == 2.0
+
+
 def test_bad_worker_count_is_one_line_error(cli, monkeypatch):
     monkeypatch.setenv("MOETUNE_WORKERS", "many")
     r = cli("plan", "--model", "Qwen3-30B-A3B", "--gpus", "64", "--gbs", "1024")

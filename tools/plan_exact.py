@@ -4,7 +4,9 @@ tree's answers against them field by field (everything but the search's own wall
     python tools/plan_exact.py save DIR      # before the change (one process, MOETUNE_WORKERS=1)
     python tools/plan_exact.py diff DIR      # after: prints each differing JSON path; exit 1 when any differs
 
-``--ignore KEY`` (repeatable) skips a top-level counter the change meant to move (e.g. ``searched``).
+``--ignore KEY`` (repeatable) skips a top-level counter the change meant to move (e.g. ``searched``). The plans run in
+one process unless ``MOETUNE_WORKERS`` says otherwise (then the work counters depend on the shares' timing: ignore
+``searched``, ``feasible`` and ``pruned``).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ VOLATILE = {"seconds"}
 
 
 def run(args: list[str]) -> tuple[int, dict]:
-    env = {**os.environ, "MOETUNE_WORKERS": "1", "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "MOETUNE_WORKERS": os.environ.get("MOETUNE_WORKERS", "1"), "PYTHONPATH": str(ROOT / "src")}
     p = subprocess.run([sys.executable, "-m", "moetune", "plan", *args, "--top", "20", "--json"], capture_output=True,
                        text=True, env=env, cwd=ROOT)
     try:

@@ -482,22 +482,36 @@ class _StageA2A(NamedTuple):
 
 
 class SharedBound:
-    """The smallest k-th best step time any share of a parallel search has found (:func:`_plan_parallel`), in a
-    process-shared double created before the shares are forked. The global k-th best is at most each share's own, so
-    pruning a share with this bound loses no global top-K member. ``None`` (one process): the share's own bound."""
+    """The k-th best step time of a parallel search (:func:`_plan_parallel`) over every share's layouts, in
+    process-shared memory created before the shares are forked: ``top`` holds the K smallest of the step times the
+    shares :meth:`offer` (each share offers the first recorded step time of each new layout, as it pushes it on its own
+    top-K heap, :meth:`Search.record`; the shares' layouts are disjoint, so these are K distinct layouts, each with a
+    checked candidate at most that fast) and ``value`` their largest once K were offered. So ``value`` is the bound a
+    single search would hold after the same records, at most each share's own k-th best: pruning a share with it loses
+    no global top-K member (:meth:`Search.kth_best`). ``None`` (one process): the share's own bound."""
 
-    def __init__(self, value: Any = None) -> None:
+    def __init__(self, value: Any = None, top: Any = None) -> None:
         self._value = value
+        self._top = top  #: K doubles (no lock of their own: guarded by ``value``'s lock), +inf where none yet
 
     def tighten(self, own: float) -> float:
-        """Offer this share's k-th best; return the bound to prune with (min of own and every share's)."""
+        """The bound to prune with: min of this share's own k-th best and the union's."""
         if self._value is None:
             return own
-        shared = self._value.value
-        if own < shared:
-            with self._value.get_lock():
-                self._value.value = min(self._value.value, own)
-        return min(own, shared)
+        return min(own, self._value.value)
+
+    def offer(self, step: float) -> None:
+        """A new layout's first recorded step time (:meth:`Search.record`): kept if among the K smallest offered."""
+        if self._value is None:
+            return
+        with self._value.get_lock():
+            top = self._top
+            worst = max(range(len(top)), key=top.__getitem__)
+            if step < top[worst]:
+                top[worst] = step
+                kth = max(top)
+                if kth < self._value.value:
+                    self._value.value = kth
 
 
 class Search:
@@ -873,6 +887,7 @@ class Search:
         self.best_by_layout[lk] = c
         self.per_layout[lk] = step
         if new_layout:
+            self.shared.offer(step)
             heapq.heappush(self.best, (-step, self.searched))
             if len(self.best) > self.k:
                 heapq.heappop(self.best)
@@ -1202,15 +1217,15 @@ def _plan_parallel(req: PlanRequest, n: int, schedule_bound: bool = True,
     each process builds the per-layer work and model-state floors of its own groups only), merged.
 
     Exact: each share's search returns every layout of its share that can be in the global top-K (same proofs as
-    :class:`Search`, with the bound tightened to the smallest k-th best any share has found, :class:`SharedBound`,
-    handed to every share), and the top-K of a union is the top-K of the shares' top-Ks. ``per_layout_best`` is the
+    :class:`Search`, with the bound tightened to the k-th best of the layouts every share has recorded so far,
+    :class:`SharedBound`, handed to every share), and the top-K of a union is the top-K of the shares' top-Ks. ``per_layout_best`` is the
     union of the shares' (each layout is in one share) and, like the work counters, depends on how fast the shares
     tightened the bound; the candidates do not. The closest misses are merged; offloading is tried - by the
     sequential search - only when no share has a candidate, as in :class:`Search`.
     """
     t0 = time.perf_counter()
     ctx = multiprocessing.get_context("fork")
-    shared = SharedBound(ctx.Value("d", float("inf")))
+    shared = SharedBound(ctx.Value("d", float("inf")), ctx.Array("d", [float("inf")] * max(req.top, 1), lock=False))
     children = []
     try:
         for i in range(1, n):  # shares 1..n-1 in forked children; share 0 here, with this process's caches
