@@ -88,3 +88,31 @@ def test_flops_weighted_layout_unloads_the_mtp_and_loss_stage():
     assert max(_rank_loads(weighted, 16, w, mtp_w, loss_w)) <= max(_rank_loads(unit, 16, w, mtp_w, loss_w))
     ranks = pipeline_stages(m, Layout(pp=16, pipeline_layout=weighted))
     assert sum(r.num_layers for r in ranks) == 61
+
+
+
+def test_parallel_shares_partition_the_layouts():
+    """The shares of the parallel search (Search.pass_1 with ``partition``: enumerate_layouts asks ``keep`` before
+    building a group's layouts) queue disjoint sets of layouts whose union is the single search's queue, count the
+    whole space between them, and keep every (TP, CP, EP, ETP) group in one share."""
+    from dataclasses import replace
+
+    from moetune.plan.search import PlanRequest, Search
+
+    req = PlanRequest(model=get_model("DeepSeek-V2-Lite"), system=get_system("DGX-H100"), gpus=64,
+                      global_batch_size=512, seq_length=4096, workers=1)
+    whole = Search(req)
+    whole.pass_1()
+    want = [(lp.key(), mode) for lp, mode in whole.queue]
+    for n in (2, 3):
+        queues, groups, layouts = [], [], 0
+        for i in range(n):
+            share = Search(replace(req, partition=(i, n)))
+            share.pass_1()
+            layouts += share.layouts
+            queues.append([(lp.key(), mode) for lp, mode in share.queue])
+            groups.append({(lp.tp, lp.cp, lp.ep, lp.etp) for lp, _ in share.queue})
+            assert queues[-1]
+        assert layouts == whole.layouts
+        assert sorted(x for q in queues for x in q) == sorted(want)
+        assert sum(len(g) for g in groups) == len(set().union(*groups))

@@ -612,12 +612,15 @@ class Search:
         req = self.req
         part_i, part_n = req.partition
         GiB = 1024.0**3
-        # share by (TP, CP, EP, ETP): per-layer work and model-state floors stay in one process
+        # share by (TP, CP, EP, ETP), numbered in the order the enumeration first reaches them: per-layer work and
+        # model-state floors stay in one process, and the other shares' layouts are neither built nor validated here
         groups: dict[tuple, int] = {}
+
+        def mine(group: tuple) -> bool:
+            return groups.setdefault(group, len(groups)) % part_n == part_i
+
         for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length,
-                                    self.limits):
-            if part_n > 1 and groups.setdefault((lp.tp, lp.cp, lp.ep, lp.etp), len(groups)) % part_n != part_i:
-                continue
+                                    self.limits, mine if part_n > 1 else None):
             self.layouts += 1
             for mode in _state_modes(req, lp):  # (precision, Megatron-FSDP)
                 base = self.base_features(mode, lp)

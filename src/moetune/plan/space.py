@@ -8,7 +8,7 @@ implementation); the remaining rules run on the built Job through :mod:`moetune.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from moetune.perfmodel.balance import balanced_layout, stage_weights
@@ -86,8 +86,13 @@ def _pick(name: str, options: list[int], fix: dict) -> list[int]:
 
 
 def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq: int,
-                      limits: SpaceLimits | None = None) -> Iterator[LayoutPoint]:
+                      limits: SpaceLimits | None = None,
+                      keep: Callable[[tuple[int, int, int, int]], bool] | None = None) -> Iterator[LayoutPoint]:
     """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038).
+
+    ``keep((tp, cp, ep, etp))``, when given, is asked before the layouts of that group at each pipeline split are
+    built and validated: only the groups it keeps are enumerated (a share of the parallel search, whose validation
+    of the other shares' layouts would be wasted).
 
     Dense mesh TP·CP·DP·PP = W, expert mesh ETP·EP·EDP·PP = W (Parallel Folding, docs/domain.md §2.4); heads and
     query groups divisible by TP; experts divisible by EP; seq divisible by 2·CP (and by TP with SP); GBS divisible
@@ -139,6 +144,8 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                             if stage_world % (etp * ep):
                                 continue
                             if model.is_moe and experts % ep:
+                                continue
+                            if keep is not None and not keep((tp, cp, ep, etp)):
                                 continue
                             edp = stage_world // (etp * ep)
                             legal = None
