@@ -285,3 +285,23 @@ def test_no_rope_fusion_flag_reaches_the_features_only_where_rope_runs():
     assert Features().apply_rope_fusion is True
     assert job_to_config(qwen_job(apply_rope_fusion=False))["model"]["apply_rope_fusion"] is False
     assert "apply_rope_fusion" not in job_to_config(qwen_job())["model"]
+
+
+@pytest.mark.parametrize("dispatcher", [("alltoall", None), ("flex", "deepep"), ("flex", "hybridep")])
+def test_non_layer_price_reads_only_the_compute_rates(dispatcher):
+    """The embedding / output-layer work is priced from the compute rates alone (step.ComputeRates): jobs whose Rates
+    differ only in the EP mesh and dispatcher (the all-to-all rates) get the value of pricing with their own full
+    Rates (step._price), so one memoised price serves them all."""
+    from moetune.perfmodel import step as T
+
+    model, system = get_model("DeepSeek-V3"), get_system("DGX-H100")
+    feats = Features(moe_token_dispatcher_type=dispatcher[0], moe_flex_dispatcher_backend=dispatcher[1])
+    extra = T._extra_work(model, 4096, 1, 1, 2, True, True)
+    rates = []
+    for ep in (8, 64):
+        job = Job(model=model, system=system, gpus=256, global_batch_size=1024, micro_batch_size=1, seq_length=4096,
+                  layout=Layout(tp=2, pp=4, ep=ep), features=feats)
+        r = T.job_layer_prices(job, default_efficiency())[1]
+        rates.append(r)
+        assert T._price_extra(extra, r) == T._price(extra.work, r, {}, 0.0)[:3]
+    assert rates[0] != rates[1] and T.compute_rates(rates[0]) == T.compute_rates(rates[1])

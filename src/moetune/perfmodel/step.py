@@ -682,7 +682,7 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _price(work: dict[str, np.ndarray], r: Rates, rf: dict[int, float], full_frac: float
+def _price(work: dict[str, np.ndarray], r: Rates | ComputeRates, rf: dict[int, float], full_frac: float
            ) -> tuple[float, float, float, float, float, float]:
     """(a third of the fwd + bwd gemm s, fwd attn s, fwd mem s, recompute fwd s, a third of the fwd + bwd gemm s of
     TP-sharded kinds, of MoE experts). GEMMs are priced per pass (forward, dgrad, wgrad with the main-gradient
@@ -847,10 +847,42 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
                       sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
 
 
-@memo(maxsize=65536)
+class ComputeRates(NamedTuple):
+    """The fields of :class:`Rates` that :func:`_price` reads (GEMM, attention and memory-bound rates): the memo key of
+    the non-layer work's price (:func:`_price_extra_of`), which the EP mesh and dispatcher (the all-to-all rates of
+    :class:`Rates`) do not change."""
+
+    peak_bf16: float
+    peak_quant: float
+    eff_bf16: float
+    eff_quant: float
+    knee: float
+    hbm_gbs: float
+    hbm_eff: float
+    hbm_stream_eff: float
+    attn_eff: float
+    quant_bytes: float
+    grad_accum_bytes: float
+
+
+@memo(maxsize=4096)
+def compute_rates(r: Rates) -> ComputeRates:
+    """:class:`ComputeRates` of ``r`` (one instance per value of ``r`` while in the table)."""
+    return ComputeRates(r.peak_bf16, r.peak_quant, r.eff_bf16, r.eff_quant, r.knee, r.hbm_gbs, r.hbm_eff,
+                        r.hbm_stream_eff, r.attn_eff, r.quant_bytes, r.grad_accum_bytes)
+
+
 def _price_extra(extra: ExtraWork, r: Rates) -> tuple[float, float, float]:
-    """(fwd gemm s, fwd attn s, fwd mem s) of a stage's non-layer work (:func:`_price`); read only."""
-    g, a, e, _, _, _ = _price(extra.work, r, {}, 0.0)
+    """(fwd gemm s, fwd attn s, fwd mem s) of a stage's non-layer work (:func:`_price` of its work with ``r``'s
+    :class:`ComputeRates`, the only rates it reads: one price for the layouts of every EP mesh and dispatcher); read
+    only."""
+    return _price_extra_of(extra, compute_rates(r))
+
+
+@memo(maxsize=65536)
+def _price_extra_of(extra: ExtraWork, cr: ComputeRates) -> tuple[float, float, float]:
+    """:func:`_price_extra`, keyed on the compute rates."""
+    g, a, e, _, _, _ = _price(extra.work, cr, {}, 0.0)
     return g, a, e
 
 
