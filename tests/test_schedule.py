@@ -125,3 +125,15 @@ def test_ep_overlap_freed_inputs_follow_should_free_input():
     assert f("flex", "hybridep", 8, quantised=False, preprocess_graphed=False) == 1
     assert f("flex", "hybridep", 8, quantised=True, preprocess_graphed=False) == 2
     assert H.ep_overlap_node_ops(True, freed_inputs=1) == (4.0, 37.0 - 2 * 3)
+
+
+def test_ep_overlap_nodes_are_counted_on_layers_with_an_mlp_block_only():
+    """Hybrid models: a mixer-only layer runs inside its group's pre-dispatch node (no nodes of its own); a
+    MoE-only layer (no mixer) is still split into the four MoE nodes."""
+    kern = {"attn": 40, "mla_extra": 20, "mamba": 40, "mlp": 20, "moe_router": 25, "moe_preprocess": 25,
+            "moe_dispatch": 20, "moe_experts": 30, "shared_experts": 20, "fp8_casts_per_gemm": 3}
+    common = dict(mla=False, quant_gemms=0, dropless=True, ep=8, kernels=kern, scopes=frozenset(), graphs_on=False,
+                  local_experts=4)
+    assert H.layer_launches("M", "_", ep_overlap=True, **common) == H.layer_launches("M", "_", **common)
+    moe_only = H.layer_launches("_", "E", ep_overlap=True, **common)
+    assert moe_only.native_kernels - H.layer_launches("_", "E", **common).native_kernels == 37

@@ -138,7 +138,7 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
             part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):
             syncs = 1.0
-    if ep_overlap and not full and mixer != "_":
+    if ep_overlap and not full and mlp in ("E", "D"):
         freed = ep_overlap_freed_inputs(dispatcher, flex_backend, local_experts, quantised=quant_gemms > 0,
                                         preprocess_graphed=graphs_on and "moe_preprocess" in scopes)
         engine, calls = ep_overlap_node_ops(mlp == "E", shared=shared and mlp == "E", freed_inputs=freed)
@@ -167,7 +167,9 @@ def ep_overlap_node_ops(moe: bool, *, shared: bool = False, freed_inputs: int = 
     overlap adds to one layer per microbatch, forward and backward, counted in Megatron-Core (module doc). A MoE
     layer is four schedule nodes (pre-dispatch computation, dispatch, experts, combine) with 5 inputs (hidden
     states; tokens and probabilities; dispatched tokens; expert output) and 5 outputs; a dense layer is two
-    (pre-dispatch computation, MLP) with 2 inputs and 2 outputs.
+    (pre-dispatch computation, MLP) with 2 inputs and 2 outputs. A hybrid model's layer without an MLP block (a Mamba
+    or attention mixer alone) adds none: its mixer runs inside the pre-dispatch node of the layer group it belongs to
+    (Megatron-Core ``HybridStackNode``).
 
     * engine calls: one ``Variable._execution_engine.run_backward`` per node in backward
       (``ScheduleNode.default_backward_func``), where the fused layer's backward is a share of one call per
