@@ -88,3 +88,52 @@ def test_unfused_rope_adds_its_kernels_to_attention_layers_only():
     graphed = dict(scopes=frozenset({"attn"}), graphs_on=True)
     assert H.layer_launches("A", "D", unfused_rope=True, **graphed, **common) == \
         H.layer_launches("A", "D", **graphed, **common)
+
+
+def test_ep_overlap_schedule_nodes_add_engine_calls_and_bookkeeping_calls():
+    """EP overlap's combined 1F1B schedule (Megatron-Core ``ScheduleNode`` / ``TransformerLayerNode``): a MoE layer
+    adds 4 autograd engine calls (eager cost) and 37 stream / event / tensor calls (native cost) with the alltoall
+    dispatcher and several local experts; a dense layer 2 and 12; nothing under a whole-iteration graph."""
+    kern = {"attn": 40, "mla_extra": 20, "mamba": 40, "mlp": 20, "moe_router": 25, "moe_preprocess": 25,
+            "moe_dispatch": 20, "moe_experts": 30, "shared_experts": 20, "fp8_casts_per_gemm": 3,
+            "grouped_gemm_per_expert": 2}
+    common = dict(mla=False, quant_gemms=0, dropless=True, ep=4, kernels=kern, local_experts=2)
+    eager = dict(scopes=frozenset(), graphs_on=False)
+    for mlp, engine, calls in (("E", 4, 37), ("D", 2, 12)):
+        off = H.layer_launches("A", mlp, **eager, **common)
+        on = H.layer_launches("A", mlp, ep_overlap=True, **eager, **common)
+        assert on.eager_kernels - off.eager_kernels == engine
+        assert on.native_kernels - off.native_kernels == calls
+        assert on.syncs == off.syncs and on.graph_launches == off.graph_launches
+        assert H.host_seconds(on, launch_us=50.0, graph_launch_us=10.0, native_us=5.0) - H.host_seconds(
+            off, launch_us=50.0, graph_launch_us=10.0, native_us=5.0) == pytest.approx((engine * 50 + calls * 5) * 1e-6)
+    full = dict(scopes=frozenset({"full_iteration"}), graphs_on=True)
+    assert H.layer_launches("A", "E", ep_overlap=True, **full, **common) == H.layer_launches("A", "E", **full, **common)
+    shared = H.layer_launches("A", "E", ep_overlap=True, shared=True, **eager, **common)
+    assert shared.native_kernels - H.layer_launches("A", "E", shared=True, **eager, **common).native_kernels == 39
+
+
+def test_ep_overlap_freed_inputs_follow_should_free_input():
+    """Megatron-Core ``should_free_input``: combine 1; dispatch 2 unless flex or a graphed ``moe_preprocess``; the
+    experts 1 with FP8, or with several local experts / a non-alltoall dispatcher, never with HybridEP / NCCL EP."""
+    f = H.ep_overlap_freed_inputs
+    assert f("alltoall", None, 2, quantised=False, preprocess_graphed=False) == 4
+    assert f("alltoall", None, 1, quantised=False, preprocess_graphed=False) == 3
+    assert f("alltoall", None, 1, quantised=True, preprocess_graphed=False) == 4
+    assert f("alltoall", None, 2, quantised=False, preprocess_graphed=True) == 2
+    assert f("flex", "deepep", 1, quantised=False, preprocess_graphed=False) == 2
+    assert f("flex", "hybridep", 8, quantised=False, preprocess_graphed=False) == 1
+    assert f("flex", "hybridep", 8, quantised=True, preprocess_graphed=False) == 2
+    assert H.ep_overlap_node_ops(True, freed_inputs=1) == (4.0, 37.0 - 2 * 3)
+
+
+def test_ep_overlap_nodes_are_counted_on_layers_with_an_mlp_block_only():
+    """Hybrid models: a mixer-only layer runs inside its group's pre-dispatch node (no nodes of its own); a
+    MoE-only layer (no mixer) is still split into the four MoE nodes."""
+    kern = {"attn": 40, "mla_extra": 20, "mamba": 40, "mlp": 20, "moe_router": 25, "moe_preprocess": 25,
+            "moe_dispatch": 20, "moe_experts": 30, "shared_experts": 20, "fp8_casts_per_gemm": 3}
+    common = dict(mla=False, quant_gemms=0, dropless=True, ep=8, kernels=kern, scopes=frozenset(), graphs_on=False,
+                  local_experts=4)
+    assert H.layer_launches("M", "_", ep_overlap=True, **common) == H.layer_launches("M", "_", **common)
+    moe_only = H.layer_launches("_", "E", ep_overlap=True, **common)
+    assert moe_only.native_kernels - H.layer_launches("_", "E", **common).native_kernels == 37

@@ -305,3 +305,23 @@ def test_non_layer_price_reads_only_the_compute_rates(dispatcher):
         rates.append(r)
         assert T._price_extra(extra, r) == T._price(extra.work, r, {}, 0.0)[:3]
     assert rates[0] != rates[1] and T.compute_rates(rates[0]) == T.compute_rates(rates[1])
+
+
+def test_ep_overlap_prices_the_schedule_nodes_host_work_on_every_layer():
+    """``overlap_moe_expert_parallel_comm`` with EP > 1: every layer's launches gain the combined 1F1B schedule's
+    engine and bookkeeping calls (:func:`moetune.perfmodel.host.ep_overlap_node_ops`); EP 1 runs no such schedule."""
+    from moetune.perfmodel import host as H
+    from moetune.perfmodel.step import build_profile
+
+    def launches(job):
+        return {k: lt.launches for k, lt in build_profile(job).types.items()}
+
+    off = launches(qwen_job(overlap_moe_expert_parallel_comm=False))
+    on = launches(qwen_job(overlap_moe_expert_parallel_comm=True))
+    engine, calls = H.ep_overlap_node_ops(True, freed_inputs=1)  # HybridEP: only the combine's input is freed
+    for key, lt in on.items():
+        assert lt.eager_kernels - off[key].eager_kernels == engine
+        assert lt.native_kernels - off[key].native_kernels == calls
+    one = qwen_job(overlap_moe_expert_parallel_comm=True).with_(layout=Layout(tp=1, pp=1, ep=1))
+    assert launches(one) == launches(qwen_job(overlap_moe_expert_parallel_comm=False).with_(
+        layout=Layout(tp=1, pp=1, ep=1)))

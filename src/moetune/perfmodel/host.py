@@ -28,6 +28,21 @@ tables with their scale and cast, the multiplies, rotate-half and the add, and t
 one TE ``fused_apply_rotary_pos_emb`` kernel each way).
 TE's ``GroupedLinear`` also issues one GEMM per local expert and pass (``general_grouped_gemm``).
 
+EP overlap (``overlap_moe_expert_parallel_comm``) runs the combined 1F1B schedule (Megatron-Core
+``pipeline_parallel/combined_1f1b.py``, ``models/common/model_chunk_schedule_plan.py``): each layer is split into
+schedule nodes (``TransformerLayerSchedulePlan``: ``pre_dispatch_computation`` and ``mlp``, plus ``moe_dispatch`` and
+``moe_combine`` on MoE layers) that run on the compute or the communication stream. The split adds host work that
+the fused layer does not have (:func:`ep_overlap_node_ops`, counted in ``pipeline_parallel/utils.ScheduleNode`` and
+``models/common/utils.TransformerLayerNode``): per node and direction a ``cudaStreamWaitEvent`` and a
+``cudaEventRecord`` (``stream_acquire_context``); in forward a ``detach`` of every node input and of the tensors a
+later node reads (``TransformerLayerNode.detach``: the residual, the dispatched probabilities, the shared-expert
+output), and for the nodes that free their input (``should_free_input``: dispatch, combine, the experts unless the
+alltoall dispatcher has one local expert) a ``record_stream`` and a storage ``resize_`` per input; in backward one
+autograd engine call per node (``Variable._execution_engine.run_backward``: the layer's backward is four engine
+calls instead of a share of one) and a ``record_stream`` per output gradient. The engine calls are priced like an
+eager operation (``launch_us``), the bookkeeping calls, one C++ call each without autograd or module work, at
+``native_launch_us``.
+
 Once per step the training loop does host work that no layer owns (:func:`step_launches`): Megatron-LM
 ``training.train_step`` runs the optimizer (``DistributedOptimizer.step``: per-parameter main-grad copies,
 ``clip_grad_norm_fp32`` and ``count_zeros_fp32`` walking every parameter tensor, multi-tensor Adam) and then
@@ -68,14 +83,18 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
                    dropless: bool, ep: int, kernels: dict[str, float], shared: bool = False,
                    tp_overlap_tp: int = 1, etp: int = 1, local_experts: float = 1.0, grouped_gemm: bool = True,
                    permute_fusion: bool = True, unfused_attention: bool = False,
-                   unfused_rope: bool = False) -> LayerLaunches:
+                   unfused_rope: bool = False, ep_overlap: bool = False, dispatcher: str = "alltoall",
+                   flex_backend: str | None = None) -> LayerLaunches:
     """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes.
 
     ``quant_gemms`` > 0 adds the FP8/FP4 cast kernels of each quantised GEMM input; ``shared`` adds the shared
     expert's kernels to a MoE layer; ``tp_overlap_tp`` > 1 (TP size when TP comm overlap is on) adds the chunked
     GEMMs of userbuffers overlap; ``local_experts`` (experts per EP rank) with ``grouped_gemm`` on adds the
     per-expert GEMMs of TE ``GroupedLinear``, with it off the per-expert loop of ``SequentialMLP``;
-    ``permute_fusion`` off, ``unfused_attention`` and ``unfused_rope`` add the unfused paths (module doc)."""
+    ``permute_fusion`` off, ``unfused_attention`` and ``unfused_rope`` add the unfused paths; ``ep_overlap`` adds the
+    combined 1F1B schedule's per-node host work (:func:`ep_overlap_node_ops`: its autograd engine calls as eager
+    operations, its bookkeeping calls as native ones; ``dispatcher``: the token dispatcher type, which decides which
+    nodes free their inputs; ``flex_backend``: the flex dispatcher's backend) (module doc)."""
     full = graphs_on and "full_iteration" in scopes
     cast = kernels.get("fp8_casts_per_gemm", 0.0) if quant_gemms > 0 else 0.0
     eager = 0.0
@@ -119,7 +138,61 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
             part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):
             syncs = 1.0
+    if ep_overlap and not full and mlp in ("E", "D"):
+        freed = ep_overlap_freed_inputs(dispatcher, flex_backend, local_experts, quantised=quant_gemms > 0,
+                                        preprocess_graphed=graphs_on and "moe_preprocess" in scopes)
+        engine, calls = ep_overlap_node_ops(mlp == "E", shared=shared and mlp == "E", freed_inputs=freed)
+        eager += engine
+        native += calls
     return LayerLaunches(eager, graphs, syncs, native)
+
+
+def ep_overlap_freed_inputs(dispatcher: str, flex_backend: str | None, local_experts: float, *, quantised: bool,
+                            preprocess_graphed: bool) -> int:
+    """Inputs of a MoE layer's schedule nodes that the combined 1F1B schedule frees after their forward
+    (Megatron-Core ``models/common/utils.should_free_input``): the combine's one always; the dispatch's two (tokens,
+    probabilities) unless a flex dispatcher (DeepEP, HybridEP, NCCL EP) keeps them for backward or the
+    ``moe_preprocess`` scope is CUDA-graphed (fixed buffers); the experts' one with FP8/FP4 GEMMs, else with more
+    than one local expert or a dispatcher other than alltoall, and never with HybridEP / NCCL EP."""
+    flex = dispatcher == "flex"
+    dispatch = 0 if flex or preprocess_graphed else 2
+    experts = quantised or local_experts > 1 or dispatcher != "alltoall"
+    if not quantised and flex and flex_backend in ("hybridep", "ncclep"):
+        experts = False
+    return 1 + dispatch + (1 if experts else 0)
+
+
+def ep_overlap_node_ops(moe: bool, *, shared: bool = False, freed_inputs: int = 4) -> tuple[float, float]:
+    """(autograd engine calls, stream / event / tensor bookkeeping calls) that the combined 1F1B schedule of EP
+    overlap adds to one layer per microbatch, forward and backward, counted in Megatron-Core (module doc). A MoE
+    layer is four schedule nodes (pre-dispatch computation, dispatch, experts, combine) with 5 inputs (hidden
+    states; tokens and probabilities; dispatched tokens; expert output) and 5 outputs; a dense layer is two
+    (pre-dispatch computation, MLP) with 2 inputs and 2 outputs. A hybrid model's layer without an MLP block (a Mamba
+    or attention mixer alone) adds none: its mixer runs inside the pre-dispatch node of the layer group it belongs to
+    (Megatron-Core ``HybridStackNode``).
+
+    * engine calls: one ``Variable._execution_engine.run_backward`` per node in backward
+      (``ScheduleNode.default_backward_func``), where the fused layer's backward is a share of one call per
+      microbatch. Each goes through the Python binding and the autograd engine (graph task, dependency walk,
+      hand-off to the device thread), so it is priced like an eager operation (``launch_us``);
+    * bookkeeping calls, each one C++ call without autograd or module work, priced at ``native_launch_us``:
+      ``event.wait`` + ``event.record`` per node and direction (``ScheduleNode.stream_acquire_context``); in forward
+      one ``detach`` per node input (``ScheduleNode._forward``) and per ``TransformerLayerNode.detach`` (residual and
+      dispatched probabilities, + the shared-expert output), ``record_stream`` + ``resize_(0)`` per freed input of
+      a MoE layer (``freed_inputs``, :func:`ep_overlap_freed_inputs`) and the combine's ``record_stream`` of the
+      residual (+ the shared-expert output); in backward a ``record_stream`` per output gradient
+      (``ScheduleNode._backward``).
+
+    MoE with the alltoall dispatcher and several local experts (4 freed inputs): 4 engine calls and
+    16 + (5 + 2 + 2·4 + 1) + 5 = 37 bookkeeping calls (+2 with a shared expert); dense: 2 and 8 + 2 + 2 = 12."""
+    if not moe:
+        nodes, inputs, outputs, detached, freed, extra = 2, 2, 2, 0, 0, 0
+    else:
+        nodes, inputs, outputs, detached = 4, 5, 5, 2 + (1 if shared else 0)
+        freed = freed_inputs
+        extra = 1 + (1 if shared else 0)  # the combine's record_stream of the residual (+ shared-expert output)
+    events = 2 * 2 * nodes
+    return float(nodes), float(events + inputs + detached + 2 * freed + extra + outputs)
 
 
 def host_seconds(launch: LayerLaunches, *, launch_us: float, graph_launch_us: float, native_us: float = 0.0) -> float:

@@ -239,6 +239,7 @@ class LayerInputs(NamedTuple):
     apply_rope_fusion: bool
     expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
     static_expert_shapes: bool  #: :func:`moetune.perfmodel.routing.static_expert_shapes` (no per-layer host sync)
+    ep_overlap: bool  #: ``overlap_moe_expert_parallel_comm`` with EP > 1: the combined 1F1B schedule's nodes (host)
 
     @classmethod
     def of(cls, job: Job) -> LayerInputs:
@@ -254,7 +255,7 @@ class LayerInputs(NamedTuple):
                    f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
                    f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
-                   static_expert_shapes(f))
+                   static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1))
 
 
 @memo(maxsize=4096)
@@ -395,7 +396,9 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
                                 permute_fusion=feat.moe_permute_fusion,
                                 unfused_attention=feat.attention_backend == "unfused",
-                                unfused_rope=not feat.apply_rope_fusion)
+                                unfused_rope=not feat.apply_rope_fusion, ep_overlap=inp.ep_overlap,
+                                dispatcher=feat.moe_token_dispatcher_type,
+                                flex_backend=feat.moe_flex_dispatcher_backend)
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
 
 
