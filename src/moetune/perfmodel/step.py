@@ -16,7 +16,7 @@ docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import NamedTuple
@@ -36,9 +36,10 @@ from moetune.perfmodel.memory import (
     cpu_offloaded_layer_bytes,
     fine_grained_offloaded_bytes,
     grad_buffer_bytes,
+    lora_rank_params,
     state_bytes,
 )
-from moetune.perfmodel.params import layer_params
+from moetune.perfmodel.params import layer_params, lora_adapters
 from moetune.perfmodel.routing import expert_load, static_expert_shapes
 from moetune.perfmodel.uncertainty import Band, band_for
 from moetune.spec.features import FP8_PRECISIONS, Features
@@ -239,6 +240,8 @@ class LayerInputs(NamedTuple):
     apply_rope_fusion: bool
     expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
     static_expert_shapes: bool  #: :func:`moetune.perfmodel.routing.static_expert_shapes` (no per-layer host sync)
+    lora_targets: tuple[str, ...] = ()  #: ``lora_target_modules`` when the task is LoRA, else ()
+    lora_dim: int = 0  #: ``lora_dim`` when the task is LoRA, else 0
 
     @classmethod
     def of(cls, job: Job) -> LayerInputs:
@@ -254,7 +257,8 @@ class LayerInputs(NamedTuple):
                    f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
                    f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
-                   static_expert_shapes(f))
+                   static_expert_shapes(f), *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora"
+                                              else ((), 0)))
 
 
 @memo(maxsize=4096)
@@ -329,6 +333,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
             wl.gemm(t_gpu * f, t_gpu, E, h, quant=False, tag="router", layer=i)
         else:
             wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp, 1.0), h, quant=False, tag="other", layer=i)
+    if inp.lora_targets:
+        _adapter_gemms(wl, model, mixer, mlp, inp, i, t_a * k_top * etp * load / tp)
     # memory-bound kernels (forward bytes on this GPU)
     hd = model.head_dim
     if mixer != "_":
@@ -397,6 +403,40 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 unfused_attention=feat.attention_backend == "unfused",
                                 unfused_rope=not feat.apply_rope_fusion)
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
+
+
+#: the base linears whose input dimension is split over TP (row-parallel: ``input_is_parallel`` in Bridge's adapter)
+_ROW_PARALLEL = frozenset({"linear_proj", "linear_fc2"})
+#: work tag of each adapter's GEMMs (the tag of the linear it wraps: recompute and EP-overlap classes follow it)
+_ADAPTER_TAG = {"linear_qkv": "attn_proj", "linear_proj": "attn_proj"}
+
+
+def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, inp: LayerInputs, layer: int,
+                   expert_rows: float) -> None:
+    """Forward GEMMs of a layer's LoRA adapters (:func:`moetune.perfmodel.params.lora_adapters`), BF16, marked
+    ``adapter`` (trainable: they keep wgrad when the base is frozen, :func:`_price`).
+
+    Per adapter two GEMMs over the rows the wrapped linear sees: A (x @ A, d_in -> r) and B (. @ B, r -> d_out), split
+    over TP as Bridge's ``ParallelLinearAdapter`` splits them (:class:`moetune.perfmodel.params.LoraAdapter`): for a
+    row-parallel base A reads the TP-split input (K = d_in / TP, N = r), for a column-parallel base A reads the whole
+    input (K = d_in, N = r / TP); B writes d_out / TP columns. Dense adapters run on the TP group's tokens (t_a);
+    the routed experts' shared adapter (``share_expert_adapters``) on every token routed to the rank
+    (``expert_rows``), split over ETP. At rank 16-32 each GEMM is bandwidth-bound (a 16-wide N or K): the roofline
+    of :func:`moetune.perfmodel.compute.gemm_pass_seconds` prices it by the bytes it moves, i.e. by reading the
+    input activation once more (forward), and dX / X again (backward)."""
+    r = float(inp.lora_dim)
+    t_a = inp.seq_length * inp.micro_batch_size / inp.cp
+    for a in lora_adapters(model, mixer, mlp, inp.lora_targets):
+        split = float(inp.etp if a.expert else inp.tp)
+        rows = expert_rows if a.expert else t_a
+        tag = "experts" if a.expert else _ADAPTER_TAG.get(a.module, "shared" if mlp == "E" else "mlp")
+        if a.module in _ROW_PARALLEL:
+            n_a, k_a = r, a.d_in / split
+        else:
+            n_a, k_a = r / split, float(a.d_in)
+        wl.gemm(2 * rows * n_a * k_a, rows, n_a, k_a, quant=False, tag=tag, layer=layer, adapter=True)
+        n_b = a.d_out / split
+        wl.gemm(2 * rows * n_b * r, rows, n_b, r, quant=False, tag=tag, layer=layer, adapter=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -692,7 +732,9 @@ def _price(work: dict[str, np.ndarray], r: Rates, rf: dict[int, float], full_fra
         kw = dict(peak_quant_tflops=r.peak_quant, eff_quant=r.eff_quant, peak_bf16_tflops=r.peak_bf16,
                   eff_bf16=r.eff_bf16, knee=r.knee, hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, quant_bytes=r.quant_bytes)
         args = (gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"])
-        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r.grad_accum_bytes)
+        # LoRA: the frozen base GEMMs skip wgrad, the adapters' GEMMs keep it (compute.gemm_pass_seconds)
+        wgrad = work.get("g_adapter", False) if r.frozen_base else True
+        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r.grad_accum_bytes, wgrad=wgrad)
         tfb = (tg + tb) / 3.0
     else:
         tg = tfb = gf
@@ -741,6 +783,7 @@ class Rates(NamedTuple):
     ep_overlap_eff: float  #: ``ep_overlap_eff``
     grad_accum_bytes: float  #: main-gradient accumulation in the wgrad epilogue: read + write per weight
     host_queue_sharpness: float  #: ``host_queue_sharpness``
+    frozen_base: bool = False  #: LoRA: base weights frozen, wgrad only for adapter GEMMs (:func:`_price`)
 
 
 def _fp8_attention(f) -> bool:
@@ -751,7 +794,8 @@ def _fp8_attention(f) -> bool:
 
 @memo(maxsize=4096)
 def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, etp: int, dispatcher: str,
-              backend: str | None, grad_accum_bytes: float, fp8_attention: bool = False) -> Rates:
+              backend: str | None, grad_accum_bytes: float, fp8_attention: bool = False, frozen_base: bool = False
+              ) -> Rates:
     """:class:`Rates` of a system, precision class and EP mesh / dispatcher under an efficiency set; read only.
     ``grad_accum_bytes``: read + write bytes per weight of the main-gradient accumulation (2 x the grad bytes of
     :func:`moetune.perfmodel.memory.state_bytes`); ``fp8_attention``: :func:`_fp8_attention` of the job."""
@@ -781,7 +825,7 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
         nvlink_a2a_gbs=system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
         launch_us=eff[f"launch_us.{cpu}"], quant_bytes=qb, ep_overlap_eff=eff["ep_overlap_eff"],
         grad_accum_bytes=grad_accum_bytes,
-        host_queue_sharpness=eff["host_queue_sharpness"],
+        host_queue_sharpness=eff["host_queue_sharpness"], frozen_base=frozen_base,
     )
 
 
@@ -901,7 +945,7 @@ def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: i
     recompute selection (:func:`_layer_prices`); read only."""
     consts = eff.constants
     r = _rates_of(sysm, eff, pcls, qb, ep, etp, feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend,
-                  grad_accum_bytes, _fp8_attention(feat))
+                  grad_accum_bytes, _fp8_attention(feat), feat.task == "lora")
     tp_busbw = C.bus_bandwidth(tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     cp_busbw = C.bus_bandwidth(cp, tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     n_sms = 0
@@ -1120,7 +1164,9 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, per_mb_compute: 
     consts = eff.constants
     grad_b = float(grad_buffer_bytes(feat))
     param_b = 1.0 if (feat.fp8_param_gather and feat.precision in ("fp8_cs", "fp8_delayed")) else 2.0
-    st, edp, n_dense, rs, ag, buckets = _dp_collectives(tuple(prof.stages), job.gpus, job.layout, sysm.nvlink_domain,
+    lora = lora_rank_params(job)
+    stages = tuple(prof.stages) if lora is None else _trainable_stages(tuple(prof.stages), lora)
+    st, edp, n_dense, rs, ag, buckets = _dp_collectives(stages, job.gpus, job.layout, sysm.nvlink_domain,
                                                         r.nvlink_gbs, r.nic_gbs, grad_b, param_b,
                                                         consts["ddp_bucket_params"])
     if feat.use_megatron_fsdp:
@@ -1143,6 +1189,16 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, per_mb_compute: 
     opt_params = st.dense_params / shard + st.expert_params / (max(edp, 1) if shard > 1 else 1)
     opt = opt_params * consts["optimizer_bytes_per_param"] / (r.hbm_gbs * 1e9 * r.hbm_eff)
     return dp_exp, opt
+
+
+@memo(maxsize=4096)
+def _trainable_stages(stages: tuple[StageWork, ...], lora: tuple[tuple[float, float], ...]) -> tuple[StageWork, ...]:
+    """The stages with their local params replaced by the trainable ones (LoRA adapters,
+    :func:`moetune.perfmodel.memory.lora_rank_params`): Megatron-Core DDP puts only ``requires_grad`` parameters in
+    its gradient / parameter buffers (``distributed_data_parallel.py``), so the gradient reduce-scatter, the
+    parameter all-gather and the optimizer step cover the adapters alone. One object per distinct input (the
+    :func:`_dp_collectives` memo compares stages by identity)."""
+    return tuple(replace(st, dense_params=d, expert_params=e) for st, (d, e) in zip(stages, lora, strict=True))
 
 
 @memo(maxsize=16384)
