@@ -89,6 +89,12 @@ class FeatureChoices:
     dist_opt: bool | None = None
     force_balance: bool | None = None
     routing_imbalance: float | None = None
+    #: the training task (a property of the job, never searched by ``plan``): ``pretrain``, ``sft``, ``lora``;
+    #: the LoRA settings (``--lora-dim`` etc.) imply ``lora`` (:func:`task_updates`)
+    task: str | None = None
+    lora_dim: int | None = None
+    lora_alpha: int | None = None
+    lora_target_modules: str | None = None
 
     def given(self) -> set[str]:
         return {f.name for f in fields(self) if getattr(self, f.name) is not None}
@@ -201,6 +207,58 @@ def choice_updates(ch: FeatureChoices) -> dict[str, Any]:
         if not 1.0 <= ch.routing_imbalance < float("inf"):  # also nan
             raise InputError.bad_value("--routing-imbalance", ch.routing_imbalance, "max/mean load >= 1")
         up["moe_routing_imbalance"] = float(ch.routing_imbalance)
+    up.update(task_updates(ch.task, ch.lora_dim, ch.lora_alpha, ch.lora_target_modules))
+    return up
+
+
+#: ``--task`` values: Features.task (``peft`` is Bridge's word for the adapter methods; LoRA is the one modelled)
+TASKS = ("pretrain", "sft", "lora")
+
+
+def task_updates(task: str | None, dim: int | None = None, alpha: int | None = None,
+                 targets: str | list[str] | tuple[str, ...] | None = None, *, where: str = "--") -> dict[str, Any]:
+    """Features fields of the training task (``--task``, ``--lora-dim``, ``--lora-alpha``, ``--lora-target-modules``
+    on the command line; ``where`` = ``"peft."`` names the Bridge YAML fields instead). Any LoRA setting implies
+    ``lora``; a LoRA setting with another task is an error. Unset LoRA settings keep Bridge's ``LoRA`` defaults
+    (``peft/lora.py``: dim 32, alpha 32, every linear)."""
+    from moetune.spec.features import LORA_DEFAULT_TARGETS
+
+    names = {"task": "--task", "dim": "--lora-dim", "alpha": "--lora-alpha", "targets": "--lora-target-modules"} \
+        if where == "--" else {"task": "peft", "dim": "peft.dim", "alpha": "peft.alpha",
+                               "targets": "peft.target_modules"}
+    up: dict[str, Any] = {}
+    lora_given = [n for n, v in (("dim", dim), ("alpha", alpha), ("targets", targets)) if v is not None]
+    if task is not None:
+        t = str(task).strip().lower()
+        if t == "peft":
+            t = "lora"
+        if t not in TASKS:
+            raise InputError.bad_value(names["task"], task, ", ".join(TASKS))
+        if lora_given and t != "lora":
+            raise InputError.bad_value(names[lora_given[0]], {"dim": dim, "alpha": alpha, "targets": targets}[
+                lora_given[0]], f"a LoRA setting only with --task lora (task is {t})")
+        up["task"] = t
+    elif lora_given:
+        up["task"] = "lora"
+    for key, field, v in (("dim", "lora_dim", dim), ("alpha", "lora_alpha", alpha)):
+        if v is None:
+            continue
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            n = 0
+        if n < 1 or str(n) != str(v).strip():
+            raise InputError.bad_value(names[key], v, "a positive integer" + (" (the LoRA rank r)" if key == "dim"
+                                                                              else ""))
+        up[field] = n
+    if targets is not None:
+        items = targets if isinstance(targets, list | tuple) else str(targets).replace("+", ",").split(",")
+        mods = tuple(str(m).strip() for m in items if str(m).strip())
+        bad = [m for m in mods if m not in LORA_DEFAULT_TARGETS]
+        if bad or not mods:
+            raise InputError.bad_value(names["targets"], targets,
+                                       f"a comma list of {', '.join(LORA_DEFAULT_TARGETS)}")
+        up["lora_target_modules"] = mods
     return up
 
 
@@ -752,6 +810,11 @@ def feature_args(f: Features) -> list[str]:
         out.append(f"--routing-imbalance {f.moe_routing_imbalance:g}")
     cap = f.moe_expert_rank_capacity_factor
     out += [f"--rank-capacity-factor {'none' if cap is None else f'{cap:g}'}", _b("paged-stash", f.moe_paged_stash)]
+    if f.task != "pretrain":
+        out.append(f"--task {f.task}")
+    if f.task == "lora":
+        out += [f"--lora-dim {f.lora_dim}", f"--lora-alpha {f.lora_alpha}",
+                f"--lora-target-modules {','.join(f.lora_target_modules)}"]
     return out
 
 

@@ -895,9 +895,25 @@ def estimate_memory(job: Job) -> MemoryEstimate:
     )
 
 
+def task_assumptions(f: Features) -> list[str]:
+    """What the memory and time models assume about the job's training task (both list it; ``estimate`` merges)."""
+    if f.task == "lora":
+        return [f"LoRA r={f.lora_dim} alpha={f.lora_alpha} on {', '.join(f.lora_target_modules)} (Megatron-Bridge "
+                "peft/lora.py): base weights frozen - no main grads or optimizer state, forward + dgrad only; BF16 "
+                "adapters trainable (DP reduce and optimizer step over them alone); activations as pre-training "
+                "(the frozen linears' unsaved inputs and the adapters' own saved tensors not modelled)",
+                "fine-tuning sequences at full length seq_length (Bridge packs fine-tuning data into sequences of "
+                "packed_sequence_size; without the data's sub-sequence statistics attention runs full length)"]
+    if f.task == "sft":
+        return ["SFT (full fine-tune) priced as pre-training, sequences at full length seq_length (Bridge packs "
+                "fine-tuning data into sequences of packed_sequence_size; without the data's sub-sequence statistics "
+                "attention runs full length)"]
+    return []
+
+
 def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
     f = job.features
-    a = [*job.assumptions, *job.model.approximations]
+    a = [*job.assumptions, *job.model.approximations, *task_assumptions(f)]
     a.append(f"activations in {'FP8 (linear inputs) + ' if cfg.fp8 else ''}BF16; "
              f"{'unfused attention keeps a*s^2 softmax per layer' if cfg.unfused_attention else 'flash/fused attention (LSE only)'}")
     if job.model.is_moe:

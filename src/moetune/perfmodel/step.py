@@ -38,6 +38,7 @@ from moetune.perfmodel.memory import (
     grad_buffer_bytes,
     lora_rank_params,
     state_bytes,
+    task_assumptions,
 )
 from moetune.perfmodel.params import layer_params, lora_adapters
 from moetune.perfmodel.routing import expert_load, static_expert_shapes
@@ -155,6 +156,12 @@ def _layer_flops(model: ModelArch, i: int, seq: int) -> dict[str, float]:
 def _total_flops(model: ModelArch, seq: int, tp: int) -> float:
     """Model FLOPs per token (:func:`moetune.perfmodel.flops.flops_per_token`, Bridge definition), memoised."""
     return float(F.flops_per_token(model, seq, tp).total)
+
+
+@memo(maxsize=1024)
+def _task_flops(model: ModelArch, seq: int, tp: int, task: str) -> float:
+    """Model FLOPs per token of a training task (:func:`moetune.perfmodel.flops.task_flops_per_token`), memoised."""
+    return float(F.task_flops_per_token(model, seq, tp, task))
 
 
 class Kind(Enum):
@@ -700,7 +707,8 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     quant_on, bf16_layers = quantised_layers(model, feat)
     kernels = eff.kernels
     split, total, stages, first_kinds = _layout_work(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
-    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes]
+    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes,
+                              *task_assumptions(feat)]
     v = split.vpp
     types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
                          job.system.nvlink_domain, kernels)
@@ -712,6 +720,8 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
     m = max(job.num_microbatches, 1)
     pcls = K.precision_class(feat.precision, job.system.gpu.arch)
+    if feat.task == "lora":  # the model FLOPs reported (TFLOP/s/GPU) as Bridge counts a LoRA job
+        total = _task_flops(model, seq, lay.tp, feat.task)
     return Profile(job, types, list(stages), m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes,
                    pp_cross, K.QUANT_BYTES[feat.precision], pcls, cpu_offloaded_layer_bytes(job),
                    fine_grained_offloaded_bytes(job))
