@@ -876,9 +876,26 @@ def reproduce_command(job: Job, recipe: str | None, recipe_layout: Layout | None
 # published performance rows
 
 
+def published_task(model_name: str, task: str, release: str | None) -> tuple[dict[str, Any], str | None]:
+    """(Features updates, note) of a published row's training task: :func:`task_updates` of the table's ``task``
+    with the release's fine-tuning preset on top where the catalog has one
+    (:func:`~moetune.catalog.release_configs.finetune_preset`: LoRA rank / alpha / targets and the preset's CUDA
+    graphs); the note names the preset or says that none is known."""
+    from moetune.catalog.release_configs import finetune_preset
+
+    up = {"task": "pretrain", **task_updates(task)}
+    if up["task"] == "pretrain":
+        return up, None
+    ft = finetune_preset(model_name, up["task"], release)
+    if ft is None:
+        return up, (f"no {up['task']} preset of release {release} in the catalog"
+                    + (": Bridge's LoRA defaults" if up["task"] == "lora" else ""))
+    return {**up, **ft[0]}, ft[1]
+
+
 def build_published_job(*, model: Any, system: str, gpus: int, precision: str, gbs: int, mbs: int, seq: int, tp: int,
                         pp: int, cp: int, vp: int | None, ep: int, etp: int | None = None, fsdp: int = 0,
-                        release: str | None = None) -> Job:
+                        release: str | None = None, task: str = "pretrain") -> Job:
     """The Job of a published Bridge performance row (the "recipe path" of bench/steptime_accuracy.py and of
     ``moetune calibrate``): the table's layout and batch, features from the Bridge perf recipe for that
     model/system/precision when one exists (else :func:`perf_common_features`), routing force-balanced and dropless
@@ -886,7 +903,10 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     recompute, offloading) are those of the workload preset the release was published with, where one has the row's
     layout and batch (:mod:`moetune.catalog.release_configs`); where the table's VP / MBS match no preset of the
     release, the VP and MBS of the publishing commit's preset with the row's parallelism, GPU count and batch
-    (:func:`~moetune.catalog.release_configs.run_preset`: what the release's scripts ran)."""
+    (:func:`~moetune.catalog.release_configs.run_preset`: what the release's scripts ran). A fine-tuning row
+    (``task`` ``sft`` or ``lora``, the table's ``task`` column) is priced as its task (:func:`task_updates`) with the
+    release's fine-tuning preset where the catalog has it (:func:`~moetune.catalog.release_configs.finetune_preset`:
+    LoRA rank, target modules, CUDA graphs); the pre-training presets do not apply to it."""
     from moetune.catalog.release_configs import preset_features, release_preset, run_preset
     from moetune.catalog.systems import get_system
 
@@ -894,6 +914,11 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     rjob, notes = recipe_job(model, sysm, gpus, precision)
     feats = rjob.features if rjob is not None else None
     preset = None
+    task_up, task_note = published_task(model.name, task, release)
+    if task_note:
+        notes.append(task_note)
+    if task_up["task"] != "pretrain":
+        release = None  # the release presets are pre-training presets
     if release:
         ran = run_preset(model.name, sysm.name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep,
                          etp=etp, gbs=gbs, mbs=mbs)
@@ -938,6 +963,7 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
             notes.append("dense perf recipe not in the catalog: TP comm overlap on as Bridge's Llama perf recipes")
     if ep <= 1:
         update["overlap_moe_expert_parallel_comm"] = False
+    update.update(task_up)
     if not (update.get("sequence_parallel") and tp > 1):
         update["tp_comm_overlap"] = False
     if update.get("overlap_moe_expert_parallel_comm", feats.overlap_moe_expert_parallel_comm) and pp > 1 and not (
