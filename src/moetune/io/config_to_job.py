@@ -425,7 +425,8 @@ def task_from_config(cfg: dict, notes: list[str]) -> dict[str, Any]:
         if isinstance(peft, str):
             scheme, body = peft.strip().lower(), {}
         elif isinstance(peft, dict):
-            target = str(peft.get("_target_") or "megatron.bridge.peft.lora.LoRA")
+            # the reader keeps a section's class as ``_class`` (moetune.io.bridge.clean_node); raw dicts have ``_target_``
+            target = str(peft.get("_class") or peft.get("_target_") or "LoRA")
             scheme, body = target.rsplit(".", 1)[-1].lower(), peft
         else:
             raise InputError.bad_value("peft", peft, "a LoRA section (_target_: megatron.bridge.peft.lora.LoRA) or null")
@@ -433,7 +434,7 @@ def task_from_config(cfg: dict, notes: list[str]) -> dict[str, Any]:
             raise InputError.bad_value("peft", scheme, "LoRA (megatron.bridge.peft.lora.LoRA); other PEFT schemes "
                                        "are not modelled")
         up = task_updates("lora", body.get("dim"), body.get("alpha"), body.get("target_modules"), where="peft.")
-        unknown = sorted(k for k in body if k not in ("_target_", "dim", "alpha", "target_modules", "dropout",
+        unknown = sorted(k for k in body if k not in ("_target_", "_class", "dim", "alpha", "target_modules", "dropout",
                                                        "dropout_position", "lora_A_init_method",
                                                        "lora_B_init_method", "a2a_experimental", "lora_dtype"))
         if unknown:
@@ -441,7 +442,8 @@ def task_from_config(cfg: dict, notes: list[str]) -> dict[str, Any]:
         return up
     ds = cfg.get("dataset") or {}
     meta_task = str((cfg.get("_meta") or {}).get("task") or "")
-    finetune_ds = isinstance(ds, dict) and (any(c in str(ds.get("_target_", "")) for c in _FINETUNE_DATASETS)
+    cls = str(ds.get("_class") or ds.get("_target_") or "") if isinstance(ds, dict) else ""
+    finetune_ds = isinstance(ds, dict) and (any(c in cls for c in _FINETUNE_DATASETS)
                                             or ds.get("packed_sequence_specs") or ds.get("offline_packing_specs"))
     if finetune_ds or meta_task in ("sft", "finetune"):
         return {"task": "sft"}
