@@ -107,6 +107,25 @@ def test_lora_fits_where_pretraining_does_not():
     assert any("LLAMA3_70B_LORA_CONFIG" in a for a in job.assumptions)
 
 
+def test_frozen_linears_keep_no_input():
+    """TE saves a linear's input only for wgrad (weight.requires_grad): with LoRA on linear_qkv alone, FC1 / FC2 keep
+    no input (the SwiGLU input, FC1's output, stays), the qkv adapter keeps its BF16 input and its r-wide output."""
+    from moetune.perfmodel.activations import layer_components
+    from moetune.perfmodel.memory import act_config
+
+    m = get_model(LLAMA)
+    pre = dict(layer_components(m, "A", "D", act_config(_job("pretrain"))))
+    job = _job("lora", dim=16, targets="linear_qkv")
+    lora = dict(layer_components(m, "A", "D", act_config(job)))
+    t, h, f = 4096.0, 8192, 28672
+    assert "mlp_norm_out" in pre and "mlp_norm_out" not in lora
+    assert pre["mlp"] == 2 * (2 * f * t) + 2 * f * t  # FC1 output (GLU) + FC2 input, BF16
+    assert lora["mlp"] == 2 * (2 * f * t)
+    assert lora["attn_norm_out"] == 2 * h * t
+    assert lora["lora_adapters"] == 2 * 16 * t
+    assert lora["attn_qkv"] == pre["attn_qkv"] and lora["attn_proj_in"] == pre["attn_proj_in"]
+
+
 # --------------------------------------------------------------------------------------------------------------
 # step time
 

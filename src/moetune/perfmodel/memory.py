@@ -411,6 +411,8 @@ def _job_act_config(f: Features, tp: int, cp: int, etp: int, ep: int, seq: int, 
         routing_factor=expert_buffer_load(f), recompute=rec if recompute is None else recompute, offload=off,
         ep=ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
+        lora_targets=frozenset(f.lora_target_modules) if f.task == "lora" else None,
+        lora_dim=f.lora_dim if f.task == "lora" else 0,
     )
 
 
@@ -900,8 +902,8 @@ def task_assumptions(f: Features) -> list[str]:
     if f.task == "lora":
         return [f"LoRA r={f.lora_dim} alpha={f.lora_alpha} on {', '.join(f.lora_target_modules)} (Megatron-Bridge "
                 "peft/lora.py): base weights frozen - no main grads or optimizer state, forward + dgrad only; BF16 "
-                "adapters trainable (DP reduce and optimizer step over them alone); activations as pre-training "
-                "(the frozen linears' unsaved inputs and the adapters' own saved tensors not modelled)",
+                "adapters trainable (DP reduce and optimizer step over them alone); the frozen linears keep no input for "
+                "backward, the adapters keep theirs (BF16) and their rank-r outputs",
                 "fine-tuning sequences at full length seq_length (Bridge packs fine-tuning data into sequences of "
                 "packed_sequence_size; without the data's sub-sequence statistics attention runs full length)"]
     if f.task == "sft":
