@@ -255,3 +255,17 @@ def test_bad_task_input_is_one_line_exit_2(flags, needles):
     if flags[:2] == ["--task", "lora"]:
         _one_line_error(run_cli("plan", "--model", LLAMA, "--gpus", "8", "--gbs", "32", "--seq", "4096", *flags),
                         *needles)
+
+
+def test_service_gives_the_cli_number():
+    """MCP and the web API call the commands through moetune.service: the same LoRA question, the same answer."""
+    from moetune import service
+
+    args = {"model": LLAMA, "system": "DGX-GB200", "gpus": 8, "gbs": 32, "seq": 4096, "pp": 2, "vpp": 20,
+            "precision": "fp8_cs", "task": "lora", "lora_dim": 16, "lora_target_modules": "linear_qkv"}
+    got = service.call("estimate", args).data
+    r = run_cli("estimate", *[x for k, v in args.items() for x in (f"--{k.replace('_', '-')}", str(v))], "--json")
+    assert r.returncode == 0, r.stderr
+    want = json.loads(r.stdout)
+    assert got["task"] == want["task"]
+    assert got["time"]["step_time_s"] == want["time"]["step_time_s"]

@@ -252,8 +252,8 @@ def register(app: typer.Typer) -> None:
                                                            help="benchmark-only force-balanced routing")] = None,
         dist_opt: Annotated[bool | None, typer.Option("--dist-opt/--no-dist-opt")] = None,
         task: Annotated[str | None, typer.Option(help=TASK_HELP)] = None,
-        lora_dim: Annotated[str | None, typer.Option("--lora-dim", help=LORA_DIM_HELP)] = None,
-        lora_alpha: Annotated[str | None, typer.Option("--lora-alpha", help=LORA_ALPHA_HELP)] = None,
+        lora_dim: Annotated[int | None, typer.Option("--lora-dim", help=LORA_DIM_HELP)] = None,
+        lora_alpha: Annotated[int | None, typer.Option("--lora-alpha", help=LORA_ALPHA_HELP)] = None,
         lora_target_modules: Annotated[str | None, typer.Option("--lora-target-modules", help=LORA_TARGETS_HELP)
                                        ] = None,
         megatron_args: Annotated[str | None, typer.Option("--megatron-args",

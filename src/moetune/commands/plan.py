@@ -95,8 +95,8 @@ def register(app: typer.Typer) -> None:
         top: Annotated[int, typer.Option(help="Candidates to report.")] = 5,
         no_offload: Annotated[bool, typer.Option("--no-offload", help="Never consider offloading.")] = False,
         task: Annotated[str | None, typer.Option(help=TASK_HELP)] = None,
-        lora_dim: Annotated[str | None, typer.Option("--lora-dim", help=LORA_DIM_HELP)] = None,
-        lora_alpha: Annotated[str | None, typer.Option("--lora-alpha", help=LORA_ALPHA_HELP)] = None,
+        lora_dim: Annotated[int | None, typer.Option("--lora-dim", help=LORA_DIM_HELP)] = None,
+        lora_alpha: Annotated[int | None, typer.Option("--lora-alpha", help=LORA_ALPHA_HELP)] = None,
         lora_target_modules: Annotated[str | None, typer.Option("--lora-target-modules", help=LORA_TARGETS_HELP)
                                        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
