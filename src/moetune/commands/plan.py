@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         from moetune.catalog.systems import get_system
         from moetune.io.load import RECIPE_NONE, RECIPE_PERF_COMMON
         from moetune.plan.search import DISPATCHERS, PlanRequest, plan, request_headroom
-        from moetune.spec.features import parse_precision
+        from moetune.spec.features import Features, parse_precision
 
         given = {"model": model, "system": system, "gpus": gpus, "gbs": gbs, "seq": seq, "precision": precision}
         if recipe is not None and recipe.strip().lower() not in RECIPE_NONE | RECIPE_PERF_COMMON:
@@ -173,7 +173,7 @@ def register(app: typer.Typer) -> None:
         out = {
             "request": {"model": req.model.name, "system": req.system.name, "gpus": req.gpus,
                         "gbs": req.global_batch_size, "seq": req.seq_length, "precisions": list(precs),
-                        "fix": fixd, "task": task_json(cands[0].job.features), "dispatchers": list(disp) if model_arch.is_moe else [],
+                        "fix": fixd, "task": task_json(Features(**task_up)), "dispatchers": list(disp) if model_arch.is_moe else [],
                         "max_recompute": max_recompute,
                         "min_headroom_gib": request_headroom(req),
                         "defaults_used": used_default,
@@ -226,8 +226,12 @@ def _impossible(res, json_out: bool) -> None:
 
 def _render(out: dict[str, Any]) -> None:
     req = out["request"]
+    task = req.get("task") or {}
+    label = "" if task.get("task", "pretrain") == "pretrain" else (
+        ", SFT (full fine-tune)" if task["task"] == "sft" else
+        f", LoRA r{task['lora']['dim']} on {','.join(task['lora']['target_modules'])}")
     console.print(f"[bold]moetune plan[/] {req['model']} on {req['gpus']} x {req['system']}, GBS {req['gbs']}, "
-                  f"seq {req['seq']}, {','.join(req['precisions'])}")
+                  f"seq {req['seq']}, {','.join(req['precisions'])}{label}")
     console.print(f"searched {out['searched']} configs over {out['layouts']} layouts in {out['seconds']} s; "
                   f"{out['feasible']} feasible")
     console.print(f"fit rule: {out['headroom_policy']}", style="dim", markup=False)
