@@ -1057,7 +1057,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             host_gap += host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e), sharp)
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
         partner = comp
-        if delay_wgrad:
+        if delay_wgrad and not r.frozen_base:  # LoRA's frozen experts have no wgrad to delay
             partner += exp_tot / 3.0  # expert wgrad moved behind the dispatch
         ep_exp = S.ep_exposed(a2a_tot, partner, m, overlap=ep_overlap, eff=r.ep_overlap_eff)
         if ep_overlap and sm_frac > 0:
