@@ -269,3 +269,26 @@ def test_service_gives_the_cli_number():
     want = json.loads(r.stdout)
     assert got["task"] == want["task"]
     assert got["time"]["step_time_s"] == want["time"]["step_time_s"]
+
+
+def test_adapter_launches_and_step_tensors():
+    """Each adapter adds kernels_per_layer.lora_adapter launches to the module it wraps (eager unless that module is
+    graphed), and the optimizer step walks only the adapters' two weights each."""
+    from moetune.perfmodel import host as H
+    from moetune.perfmodel.calibration import default_efficiency
+    from moetune.perfmodel.step import _step_launches, build_profile
+
+    kern = dict(default_efficiency().constants["kernels_per_layer"])
+    base = dict(mla=False, quant_gemms=0, dropless=False, ep=1, kernels=kern)
+    plain = H.layer_launches("A", "D", scopes=frozenset(), graphs_on=False, **base)
+    lora = H.layer_launches("A", "D", scopes=frozenset(), graphs_on=False, lora_attn=1, lora_mlp=2, **base)
+    assert lora.eager_kernels - plain.eager_kernels == 3 * kern["lora_adapter"]
+    graphed = H.layer_launches("A", "D", scopes=frozenset({"mlp"}), graphs_on=True, lora_attn=1, lora_mlp=2, **base)
+    graphed_plain = H.layer_launches("A", "D", scopes=frozenset({"mlp"}), graphs_on=True, **base)
+    assert graphed.eager_kernels - graphed_plain.eager_kernels == kern["lora_adapter"]  # the MLP's are in its graph
+    job = _job("lora", dim=16, targets="linear_qkv")
+    eff = default_efficiency()
+    prof = build_profile(job, eff)
+    sl, _ = _step_launches(job.model, tuple(prof.stages), 1, eff, 1.0, ("linear_qkv",))
+    per = eff.constants["param_tensors"]["lora_adapter"]
+    assert sl == H.step_launches(80 * per, kern)

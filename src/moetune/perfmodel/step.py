@@ -340,8 +340,12 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
             wl.gemm(t_gpu * f, t_gpu, E, h, quant=False, tag="router", layer=i)
         else:
             wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp, 1.0), h, quant=False, tag="other", layer=i)
+    n_lora = n_lora_attn = 0
     if inp.lora_targets:
         _adapter_gemms(wl, model, mixer, mlp, inp, i, t_a * k_top * etp * load / tp)
+        adapters = lora_adapters(model, mixer, mlp, inp.lora_targets)
+        n_lora = len(adapters)
+        n_lora_attn = sum(1 for a in adapters if a.module in ("linear_qkv", "linear_proj"))
     # memory-bound kernels (forward bytes on this GPU)
     hd = model.head_dim
     if mixer != "_":
@@ -408,7 +412,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
                                 permute_fusion=feat.moe_permute_fusion,
                                 unfused_attention=feat.attention_backend == "unfused",
-                                unfused_rope=not feat.apply_rope_fusion)
+                                unfused_rope=not feat.apply_rope_fusion, lora_attn=n_lora_attn,
+                                lora_mlp=n_lora - n_lora_attn)
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
 
 
@@ -1145,22 +1150,31 @@ def _step_host(prof: Profile, eff: Efficiency, r: Rates, opt_s: float) -> float:
     consts = eff.constants
     if not consts["param_tensors"]:
         return 0.0
-    sl, host_s = _step_launches(prof.job.model, tuple(prof.stages), prof.job.layout.ep, eff, r.launch_us)
+    f = prof.job.features
+    sl, host_s = _step_launches(prof.job.model, tuple(prof.stages), prof.job.layout.ep, eff, r.launch_us,
+                                tuple(f.lora_target_modules) if f.task == "lora" else None)
     return H.host_exposed(host_s, opt_s, r.host_queue_sharpness) + sl.syncs * consts["host_sync_us"] * 1e-6
 
 
 @memo(maxsize=16384)
-def _step_launches(model: ModelArch, stages: tuple[StageWork, ...], ep: int, eff: Efficiency, launch_us: float
-                   ) -> tuple[H.LayerLaunches, float]:
+def _step_launches(model: ModelArch, stages: tuple[StageWork, ...], ep: int, eff: Efficiency, launch_us: float,
+                   lora_targets: tuple[str, ...] | None = None) -> tuple[H.LayerLaunches, float]:
     """(launches, host seconds to issue them) of the once-per-step work of :func:`_step_host` on the rank with the
-    most parameter tensors (``eff.constants``: ``param_tensors``, ``kernels_per_layer``, ``graph_launch_us``)."""
+    most parameter tensors (``eff.constants``: ``param_tensors``, ``kernels_per_layer``, ``graph_launch_us``). Under
+    LoRA (``lora_targets``) the step walks the adapters' weights alone (``param_tensors.lora_adapter`` each)."""
     consts = eff.constants
     kern = consts["kernels_per_layer"]
     tensors = consts["param_tensors"]
     local = float(model.num_moe_experts or 1) / max(ep, 1)
-    n = max(H.param_tensors(st.layer_counts, local_experts=local, shared=bool(model.moe_shared_expert_intermediate_size),
-                            mla=model.multi_latent_attention, tensors=tensors)
-            for st in dict.fromkeys(stages))  # stages shared by object (identical work) counted once
+    if lora_targets is not None:
+        per = tensors.get("lora_adapter", 0.0)
+        n = max(sum(cnt * per * len(lora_adapters(model, key[0], key[1], lora_targets))
+                    for key, cnt in st.layer_counts.items()) for st in dict.fromkeys(stages))
+    else:
+        n = max(H.param_tensors(st.layer_counts, local_experts=local,
+                                shared=bool(model.moe_shared_expert_intermediate_size),
+                                mla=model.multi_latent_attention, tensors=tensors)
+                for st in dict.fromkeys(stages))  # stages shared by object (identical work) counted once
     sl = H.step_launches(n, kern)
     return sl, H.host_seconds(sl, launch_us=launch_us, graph_launch_us=consts["graph_launch_us"])
 
