@@ -151,11 +151,13 @@ def task_json(f) -> dict[str, Any]:
     return out
 
 
-def task_label(f) -> str:
-    """``, LoRA r16 alpha 32 on linear_qkv`` / ``, SFT`` for a header line; empty for pre-training."""
-    if f.task == "lora":
-        return f", LoRA r{f.lora_dim} alpha {f.lora_alpha} on {','.join(f.lora_target_modules)}"
-    return ", SFT (full fine-tune)" if f.task == "sft" else ""
+def task_label(task: dict[str, Any]) -> str:
+    """``, LoRA r16 alpha 32 on linear_qkv`` / ``, SFT (full fine-tune)`` for a header line from a :func:`task_json`
+    object; empty for pre-training."""
+    if task.get("task") == "lora":
+        lo = task["lora"]
+        return f", LoRA r{lo['dim']} alpha {lo['alpha']} on {','.join(lo['target_modules'])}"
+    return ", SFT (full fine-tune)" if task.get("task") == "sft" else ""
 
 
 def job_options(**kw: Any):
@@ -297,7 +299,7 @@ def register(app: typer.Typer) -> None:
         lay = job.layout
         console.print(f"[bold]{job.model.name}[/] on {job.gpus}× {job.system.name}: {lay.short()} DP{job.dp} "
                       f"EDP{job.edp}, GBS {job.global_batch_size} MBS {job.micro_batch_size} seq {job.seq_length}, "
-                      f"{job.num_microbatches} microbatches, {job.features.precision}{task_label(job.features)}")
+                      f"{job.num_microbatches} microbatches, {job.features.precision}{task_label(task_json(job.features))}")
         render_memory(est, suggestions)
         render_time(tim, console)
         launch = _launch(job)

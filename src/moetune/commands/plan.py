@@ -5,7 +5,14 @@ from typing import Annotated, Any
 import typer
 
 from moetune.commands import knobs
-from moetune.commands.estimate import LORA_ALPHA_HELP, LORA_DIM_HELP, LORA_TARGETS_HELP, TASK_HELP, task_json
+from moetune.commands.estimate import (
+    LORA_ALPHA_HELP,
+    LORA_DIM_HELP,
+    LORA_TARGETS_HELP,
+    TASK_HELP,
+    task_json,
+    task_label,
+)
 from moetune.errors import InputError
 from moetune.output import console, err_console, print_json
 
@@ -226,10 +233,7 @@ def _impossible(res, json_out: bool) -> None:
 
 def _render(out: dict[str, Any]) -> None:
     req = out["request"]
-    task = req.get("task") or {}
-    label = "" if task.get("task", "pretrain") == "pretrain" else (
-        ", SFT (full fine-tune)" if task["task"] == "sft" else
-        f", LoRA r{task['lora']['dim']} on {','.join(task['lora']['target_modules'])}")
+    label = task_label(req.get("task") or {})
     console.print(f"[bold]moetune plan[/] {req['model']} on {req['gpus']} x {req['system']}, GBS {req['gbs']}, "
                   f"seq {req['seq']}, {','.join(req['precisions'])}{label}")
     console.print(f"searched {out['searched']} configs over {out['layouts']} layouts in {out['seconds']} s; "
