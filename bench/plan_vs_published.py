@@ -27,6 +27,7 @@ from moetune.catalog.release_configs import publishing_presets, run_preset
 from moetune.catalog.systems import get_system
 from moetune.commands import knobs
 from moetune.errors import MoetuneError
+from moetune.io.load import published_task
 from moetune.plan.search import PlanRequest, plan
 from moetune.spec.features import parse_precision
 from moetune.spec.layout import bridge_default_etp
@@ -65,13 +66,18 @@ def _row_setup(r: dict):
         pub["etp"] = _int(r["etp"])
     if _int(r.get("fsdp", ""), 0):  # the table's fsdp column: Megatron-FSDP over that many ranks
         pub["fsdp"] = 1
-    key = (model.name, system.name, gpus, gbs, seq, prec)
+    key = (model.name, system.name, gpus, gbs, seq, prec, (r.get("task") or "").strip())
     pub, note = _possible_layout(r, model.name, system.name, prec, gpus, gbs, pub)
     if pub is None:
         return None, note
+    # a fine-tuning row plans its own task (LoRA rank / targets of the release's preset), never pre-training
+    task_up, _ = published_task(model.name, (r.get("task") or "").strip() or "pretrain",
+                                r.get("release", "").strip() or None)
+    task = tuple((k, v) for k, v in task_up.items() if k == "task" or k.startswith("lora_")) \
+        if task_up["task"] != "pretrain" else ()
     kw = {"model": model, "system": system, "gpus": gpus, "global_batch_size": gbs, "seq_length": seq,
           "precisions": (prec,), "mbs_options": tuple(sorted({1, 2, 4, pub["mbs"]})), "top": 10,
-          "workers": knobs.workers()}
+          "workers": knobs.workers(), "task": task}
     return (key, kw, pub), note
 
 
@@ -86,7 +92,10 @@ def _possible_layout(r: dict, model: str, system: str, prec: str, gpus: int, gbs
     (``catalog.release_configs.run_preset``, as ``build_published_job`` does)."""
     etp = pub.get("etp") or bridge_default_etp(pub["tp"], pub["ep"])
     why = world_size_violation(pub["tp"], pub["cp"], pub["pp"], pub["ep"], etp, gpus)
+    pretrain = ((r.get("task") or "").strip() or "pretrain") == "pretrain"  # the release presets are pre-training
     if why is None:
+        if not pretrain:
+            return pub, ""
         ran = run_preset(model, system, prec, r.get("release", "").strip(), gpus=gpus, tp=pub["tp"], pp=pub["pp"],
                          cp=pub["cp"], vp=pub["vpp"], ep=pub["ep"], etp=pub.get("etp"), gbs=gbs, mbs=pub["mbs"])
         if ran is None:
@@ -95,7 +104,8 @@ def _possible_layout(r: dict, model: str, system: str, prec: str, gpus: int, gbs
         # parallelism, GPU count and batch is what ran (the same rule as build_published_job)
         rvp, rmbs = ran.run_vp_mbs()
         return {**pub, "vpp": rvp, "mbs": rmbs}, ran.run_note(pub["vpp"], pub["mbs"])
-    for p in publishing_presets(model, system, prec, r.get("release", "").strip(), gpus=gpus, gbs=gbs):
+    for p in publishing_presets(model, system, prec, r.get("release", "").strip(), gpus=gpus, gbs=gbs) \
+            if pretrain else ():
         f = p.fields
         got = {"tp": f["tensor_model_parallel_size"], "pp": f["pipeline_model_parallel_size"],
                "cp": f["context_parallel_size"], "vpp": f["virtual_pipeline_model_parallel_size"] or 1,
@@ -169,7 +179,8 @@ def classify_miss(r: dict, res: dict) -> str:
     job = build_published_job(model=kw["model"], system=kw["system"].name, gpus=kw["gpus"], precision=kw["precisions"][0],
                               gbs=kw["global_batch_size"], mbs=pub["mbs"], seq=kw["seq_length"], tp=pub["tp"],
                               pp=pub["pp"], cp=pub["cp"], vp=pub["vpp"], ep=pub["ep"], etp=pub.get("etp"),
-                              fsdp=pub.get("fsdp", 0), release=r.get("release", "").strip() or None)
+                              fsdp=pub.get("fsdp", 0), release=r.get("release", "").strip() or None,
+                              task=(r.get("task") or "").strip() or "pretrain")
     pinned = res["pinned"]
     split = ""
     try:
@@ -294,10 +305,8 @@ def main(argv: list[str] | None = None) -> None:
                 except (MoetuneError, ValueError) as exc:  # a row NVIDIA's preset cannot be rebuilt for
                     why = f"unclassified: {exc}"
                 task = (r.get("task") or "pretrain").strip()
-                if task != "pretrain":
-                    # moetune models pre-training only: a fine-tuning row (LoRA freezes the base weights: no main
-                    # gradients or optimizer state for them, no wgrad GEMMs) is priced as pre-training
-                    why = f"task {task} (priced as pre-training): {why}"
+                if task != "pretrain":  # planned and priced as its task (published_task)
+                    why = f"task {task}: {why}"
                 kind = why.split(":")[0]
                 counts[kind] = counts.get(kind, 0) + 1
                 print(f"{r['release']} {r['model']} {r['system']} {r['num_gpus']} {r['precision']} rank {res['rank']} "

@@ -233,9 +233,9 @@ def test_gpt_oss_h100_25_11_runs_the_presets_micro_batch(monkeypatch):
     assert job.micro_batch_size == 1 and job.features.recompute_modules == ("layernorm", "moe_act")
 
 
-def test_plan_bench_names_fine_tuning_rows_priced_as_pretraining(monkeypatch, capsys):
-    """The table's ``lora`` / ``sft`` rows are planned as pre-training (no PEFT mode): --classify says so before the
-    cause, so LoRA's frozen-weight optimizer state is not read as a memory-model error."""
+def test_plan_bench_labels_fine_tuning_rows_with_their_task(monkeypatch, capsys):
+    """The table's ``lora`` / ``sft`` rows are planned and priced as their task (published_task): --classify names
+    the task before the cause, and a LoRA row's plan request carries the release preset's rank and targets."""
     monkeypatch.syspath_prepend(str(DATA.parent / "bench"))
     import plan_vs_published as bench
 
@@ -247,4 +247,9 @@ def test_plan_bench_names_fine_tuning_rows_priced_as_pretraining(monkeypatch, ca
     monkeypatch.setattr(bench, "classify_miss", lambda r, res: "memory: recipe needs more")
     bench.main(["--classify", "--match", "nothing-matches"])
     out = capsys.readouterr().out
-    assert "misses by cause: memory 1, task lora (priced as pre-training) 1" in out
+    assert "misses by cause: memory 1, task lora 1" in out
+    real = {**rows["lora"], "model": "LLAMA3_70B", "system": "DGX-GB200", "gbs": "32", "seq_len": "4096"}
+    (_, kw, pub), _ = bench._row_setup(real)
+    assert dict(kw["task"]) == {"task": "lora", "lora_dim": 16, "lora_alpha": 32, "lora_target_modules": ("linear_qkv",)}
+    (_, kw, _), _ = bench._row_setup({**real, "task": "pretrain"})
+    assert kw["task"] == ()

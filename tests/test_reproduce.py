@@ -61,6 +61,11 @@ REQUESTS = [
     ("Llama-3-8B", "GB200-NVL72", 16, 256, 8192, ("--precision", "mxfp8")),
     ("Qwen2-57B-A14B", "DGX-H100", 16, 256, 4096, ()),
     ("Nemotron-3-Nano", "DGX-H100", 8, 128, 4096, ()),
+    # fine-tuning is a property of the job, carried by every reproduce line (docs/memory.md §7)
+    ("Llama-3-8B", "DGX-H100", 8, 128, 4096, ("--task", "lora", "--lora-dim", "16",
+                                              "--lora-target-modules", "linear_qkv,linear_fc2")),
+    ("Qwen3-30B-A3B", "DGX-H100", 8, 256, 4096, ("--task", "lora")),
+    ("OLMoE-1B-7B", "DGX-H100", 8, 64, 2048, ("--task", "sft")),
 ]
 
 

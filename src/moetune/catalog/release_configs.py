@@ -222,3 +222,27 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
     if other:
         notes.append(f"preset fields not modelled: {', '.join(other)}")
     return upd, notes
+
+
+@memo(maxsize=1)
+def _finetune_data() -> dict:
+    return json.loads(resources.files("moetune.catalog").joinpath("finetune_presets.json").read_text())
+
+
+def finetune_preset(model_name: str, task: str, release: str | None) -> tuple[dict[str, Any], str] | None:
+    """(Features updates, note) of the fine-tuning preset (``task`` ``lora`` or ``sft``) a published row of
+    ``release`` ran with (``finetune_presets.json``: the LoRA rank / alpha / target modules and the CUDA graphs of
+    Bridge's ``LLAMA3_70B_{LORA,SFT}_CONFIG_*`` presets); None when the catalog has none for this model, task and
+    release. The pre-training presets (:func:`release_preset`) never apply to a fine-tuning row."""
+    rel = _finetune_data()["releases"].get(release or "")
+    if rel is None:
+        return None
+    for key, tasks in rel["presets"].items():
+        if name_key(key) == name_key(model_name) and task in tasks:
+            p = dict(tasks[task])
+            name = p.pop("preset")
+            for k in ("lora_target_modules", "cuda_graph_scope"):
+                if k in p:
+                    p[k] = tuple(p[k])
+            return p, f"fine-tuning preset {name} of release {release} (commit {rel['commit'][:9]})"
+    return None

@@ -69,13 +69,14 @@ def _launch(job) -> dict[str, Any]:
     from moetune.plan.launch import launch_for
 
     full = launch_for(job)
-    return {k: full[k] for k in ("recipe", "bridge_overrides_tuning", "bridge_overrides", "megatron_args", "env")}
+    return {k: full[k] for k in ("recipe", "bridge_overrides_tuning", "bridge_overrides", "megatron_args", "env",
+                                 "notes")}
 
 
 def _flops_per_token(job) -> float:
-    from moetune.perfmodel.flops import flops_per_token
+    from moetune.perfmodel.flops import task_flops_per_token
 
-    return float(flops_per_token(job.model, job.seq_length, tp=job.layout.tp).total)
+    return float(task_flops_per_token(job.model, job.seq_length, job.layout.tp, job.features.task))
 
 
 def render_memory(est, suggestions=None) -> None:
@@ -131,6 +132,32 @@ def render_memory(est, suggestions=None) -> None:
             console.print("  nothing cheaper left")
         for i, s in enumerate(suggestions, 1):
             console.print(escape(f"  {i}. [{s.action}] {s.detail}: frees {s.frees_gib:.2f} GiB ({s.cost})"))
+
+
+#: the training-task options, shared by ``estimate`` and ``plan`` (one vocabulary: :func:`moetune.io.load.task_updates`)
+TASK_HELP = ("Training task: pretrain (default), sft (full fine-tune, priced as pre-training) or lora (frozen base "
+             "with LoRA adapters; Bridge peft section). Megatron-LM has no LoRA.")
+LORA_DIM_HELP = "LoRA rank r (Bridge peft.dim; default 32). Implies --task lora."
+LORA_ALPHA_HELP = "LoRA alpha (Bridge peft.alpha; default 32; no effect on memory or time). Implies --task lora."
+LORA_TARGETS_HELP = ("Linears with a LoRA adapter, comma list of linear_qkv, linear_proj, linear_fc1, linear_fc2 "
+                     "(Bridge peft.target_modules; default all four). Implies --task lora.")
+
+
+def task_json(f) -> dict[str, Any]:
+    """The training task of a job's features for ``--json``: the task and, for LoRA, its adapter settings."""
+    out: dict[str, Any] = {"task": f.task}
+    if f.task == "lora":
+        out["lora"] = {"dim": f.lora_dim, "alpha": f.lora_alpha, "target_modules": list(f.lora_target_modules)}
+    return out
+
+
+def task_label(task: dict[str, Any]) -> str:
+    """``, LoRA r16 alpha 32 on linear_qkv`` / ``, SFT (full fine-tune)`` for a header line from a :func:`task_json`
+    object; empty for pre-training."""
+    if task.get("task") == "lora":
+        lo = task["lora"]
+        return f", LoRA r{lo['dim']} alpha {lo['alpha']} on {','.join(lo['target_modules'])}"
+    return ", SFT (full fine-tune)" if task.get("task") == "sft" else ""
 
 
 def job_options(**kw: Any):
@@ -226,6 +253,11 @@ def register(app: typer.Typer) -> None:
         force_balance: Annotated[bool | None, typer.Option("--force-balance/--no-force-balance",
                                                            help="benchmark-only force-balanced routing")] = None,
         dist_opt: Annotated[bool | None, typer.Option("--dist-opt/--no-dist-opt")] = None,
+        task: Annotated[str | None, typer.Option(help=TASK_HELP)] = None,
+        lora_dim: Annotated[int | None, typer.Option("--lora-dim", help=LORA_DIM_HELP)] = None,
+        lora_alpha: Annotated[int | None, typer.Option("--lora-alpha", help=LORA_ALPHA_HELP)] = None,
+        lora_target_modules: Annotated[str | None, typer.Option("--lora-target-modules", help=LORA_TARGETS_HELP)
+                                       ] = None,
         megatron_args: Annotated[str | None, typer.Option("--megatron-args",
                                                           help="Megatron-LM args file/string or model_config.yaml")] = None,
         bridge_config: Annotated[str | None, typer.Option("--bridge-config", help="Megatron-Bridge YAML")] = None,
@@ -244,7 +276,8 @@ def register(app: typer.Typer) -> None:
             dispatcher=dispatcher, ep_overlap=ep_overlap, delay_wgrad=delay_wgrad, tp_comm_overlap=tp_comm_overlap,
             recompute=recompute, offload=offload_modules, cuda_graph_scope=cuda_graph_scope,
             rank_capacity_factor=rank_capacity_factor, paged_stash=paged_stash, optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
-            force_balance=force_balance, routing_imbalance=routing_imbalance)
+            force_balance=force_balance, routing_imbalance=routing_imbalance, task=task, lora_dim=lora_dim,
+            lora_alpha=lora_alpha, lora_target_modules=lora_target_modules)
         job, est, suggestions, tim, flops = run_estimate(
             fl, megatron_args=megatron_args, bridge_config=bridge_config, overrides=overrides, explain=explain,
             efficiency=efficiency or knobs.efficiency())
@@ -254,6 +287,7 @@ def register(app: typer.Typer) -> None:
                 "memory": est.to_dict(),
                 "time": tim.model_dump(mode="json"),
                 "flops_per_token": flops,
+                "task": task_json(job.features),
                 "launch": _launch(job),
                 "assumptions": list(dict.fromkeys([*job.assumptions, *est.assumptions,
                                                    *tim.assumptions])),
@@ -265,9 +299,11 @@ def register(app: typer.Typer) -> None:
         lay = job.layout
         console.print(f"[bold]{job.model.name}[/] on {job.gpus}× {job.system.name}: {lay.short()} DP{job.dp} "
                       f"EDP{job.edp}, GBS {job.global_batch_size} MBS {job.micro_batch_size} seq {job.seq_length}, "
-                      f"{job.num_microbatches} microbatches, {job.features.precision}")
+                      f"{job.num_microbatches} microbatches, {job.features.precision}{task_label(task_json(job.features))}")
         render_memory(est, suggestions)
         render_time(tim, console)
         launch = _launch(job)
         console.print("Bridge overrides: " + " ".join(launch["bridge_overrides_tuning"]), soft_wrap=True,
                       markup=False, style="dim")
+        for note in launch["notes"]:
+            console.print("note: " + note, soft_wrap=True, markup=False, style="yellow")

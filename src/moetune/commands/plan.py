@@ -5,6 +5,14 @@ from typing import Annotated, Any
 import typer
 
 from moetune.commands import knobs
+from moetune.commands.estimate import (
+    LORA_ALPHA_HELP,
+    LORA_DIM_HELP,
+    LORA_TARGETS_HELP,
+    TASK_HELP,
+    task_json,
+    task_label,
+)
 from moetune.errors import InputError
 from moetune.output import console, err_console, print_json
 
@@ -93,6 +101,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         top: Annotated[int, typer.Option(help="Candidates to report.")] = 5,
         no_offload: Annotated[bool, typer.Option("--no-offload", help="Never consider offloading.")] = False,
+        task: Annotated[str | None, typer.Option(help=TASK_HELP)] = None,
+        lora_dim: Annotated[int | None, typer.Option("--lora-dim", help=LORA_DIM_HELP)] = None,
+        lora_alpha: Annotated[int | None, typer.Option("--lora-alpha", help=LORA_ALPHA_HELP)] = None,
+        lora_target_modules: Annotated[str | None, typer.Option("--lora-target-modules", help=LORA_TARGETS_HELP)
+                                       ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Machine-readable output on stdout.")] = False,
     ) -> None:
         """Search layouts and features; rank what fits by predicted step time; emit a launchable config."""
@@ -100,7 +113,7 @@ def register(app: typer.Typer) -> None:
         from moetune.catalog.systems import get_system
         from moetune.io.load import RECIPE_NONE, RECIPE_PERF_COMMON
         from moetune.plan.search import DISPATCHERS, PlanRequest, plan, request_headroom
-        from moetune.spec.features import parse_precision
+        from moetune.spec.features import Features, parse_precision
 
         given = {"model": model, "system": system, "gpus": gpus, "gbs": gbs, "seq": seq, "precision": precision}
         if recipe is not None and recipe.strip().lower() not in RECIPE_NONE | RECIPE_PERF_COMMON:
@@ -126,6 +139,9 @@ def register(app: typer.Typer) -> None:
             raise InputError.bad_value("--min-headroom-gib", min_headroom_gib, "a non-negative number of GiB")
         if top < 1:
             raise InputError.bad_value("--top", top, "a positive number of candidates")
+        from moetune.io.load import task_updates
+
+        task_up = task_updates(task, lora_dim, lora_alpha, lora_target_modules)  # a property of the job, not searched
         fixd = _parse_fix(fix)
         precs = tuple(dict.fromkeys(parse_precision(p) for p in str(vals["precision"]).split(",") if p.strip()))
         if "precision" in fixd:
@@ -151,6 +167,7 @@ def register(app: typer.Typer) -> None:
             global_batch_size=int(vals["gbs"]), seq_length=int(vals["seq"]), precisions=precs, mbs_options=mbs_opts,
             fix=fixd, dispatchers=disp, max_recompute=max_recompute, min_headroom_gib=min_headroom_gib,
             top=top, allow_offload=not no_offload, recipe=recipe, workers=knobs.workers(), efficiency=knobs.efficiency(),
+            task=tuple(task_up.items()),
         )
         res = plan(req)  # progress: moetune.progress.report, rendered on stderr by the console script
         if not res.candidates:
@@ -163,7 +180,7 @@ def register(app: typer.Typer) -> None:
         out = {
             "request": {"model": req.model.name, "system": req.system.name, "gpus": req.gpus,
                         "gbs": req.global_batch_size, "seq": req.seq_length, "precisions": list(precs),
-                        "fix": fixd, "dispatchers": list(disp) if model_arch.is_moe else [],
+                        "fix": fixd, "task": task_json(Features(**task_up)), "dispatchers": list(disp) if model_arch.is_moe else [],
                         "max_recompute": max_recompute,
                         "min_headroom_gib": request_headroom(req),
                         "defaults_used": used_default,
@@ -216,8 +233,9 @@ def _impossible(res, json_out: bool) -> None:
 
 def _render(out: dict[str, Any]) -> None:
     req = out["request"]
+    label = task_label(req.get("task") or {})
     console.print(f"[bold]moetune plan[/] {req['model']} on {req['gpus']} x {req['system']}, GBS {req['gbs']}, "
-                  f"seq {req['seq']}, {','.join(req['precisions'])}")
+                  f"seq {req['seq']}, {','.join(req['precisions'])}{label}")
     console.print(f"searched {out['searched']} configs over {out['layouts']} layouts in {out['seconds']} s; "
                   f"{out['feasible']} feasible")
     console.print(f"fit rule: {out['headroom_policy']}", style="dim", markup=False)
@@ -299,4 +317,6 @@ def _render(out: dict[str, Any]) -> None:
                       + " ".join(launch["bridge_overrides_tuning"]), soft_wrap=True, markup=False)
         console.print("env: " + " ".join(f"{k}={v}" for k, v in launch["env"].items()), soft_wrap=True,
                       markup=False)
+        for note in launch.get("notes", []):
+            console.print("note: " + note, soft_wrap=True, markup=False, style="yellow")
         console.print("(--json prints the Megatron-LM flags and the Slurm batch script)")

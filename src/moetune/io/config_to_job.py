@@ -400,7 +400,56 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
         data_parallel_sharding_strategy=ddp.get("data_parallel_sharding_strategy") or "no_shard",
         expandable_segments="expandable_segments:true" in str(env.get("PYTORCH_CUDA_ALLOC_CONF", "")).lower(),
         manual_gc=bool(eff.get("train", {}).get("manual_gc")),
+        **task_from_config(eff, notes),
     )
+
+
+#: Bridge dataset config classes of fine-tuning data (``megatron/bridge/training/config.py`` ``FinetuningDatasetConfig``
+#: and its HF subclass ``data/builders/hf_dataset.py`` ``HFDatasetConfig``); pre-training uses ``GPTDatasetConfig``
+_FINETUNE_DATASETS = ("FinetuningDatasetConfig", "HFDatasetConfig")
+
+
+def task_from_config(cfg: dict, notes: list[str]) -> dict[str, Any]:
+    """The training task's Features fields of a Bridge config (:func:`moetune.io.load.task_updates`): a ``peft``
+    section is LoRA (``_target_: megatron.bridge.peft.lora.LoRA`` with ``dim`` / ``alpha`` / ``target_modules``, or
+    the scheme name ``lora`` as Bridge's ``default_peft_config`` takes it); other PEFT schemes (DoRA, canonical LoRA)
+    are an error, not silently priced as LoRA. Without one, a fine-tuning dataset (:data:`_FINETUNE_DATASETS`,
+    packed-sequence specs) or a recipe of task ``sft`` / ``finetune`` is a full fine-tune (``sft``). A Megatron-LM
+    config is pre-training (Megatron-LM has no PEFT)."""
+    from moetune.io.load import task_updates
+
+    peft = cfg.get("peft")
+    if isinstance(peft, str) and peft.strip().lower() in ("", "none", "null"):
+        peft = None
+    if peft is not None:
+        if isinstance(peft, str):
+            scheme, body = peft.strip().lower(), {}
+        elif isinstance(peft, dict):
+            # the reader keeps a section's class as ``_class`` (moetune.io.bridge.clean_node); raw dicts have ``_target_``
+            target = str(peft.get("_class") or peft.get("_target_") or "LoRA")
+            scheme, body = target.rsplit(".", 1)[-1].lower(), peft
+        else:
+            raise InputError.bad_value("peft", peft, "a LoRA section (_target_: megatron.bridge.peft.lora.LoRA) or null")
+        if scheme != "lora":
+            raise InputError.bad_value("peft", scheme, "LoRA (megatron.bridge.peft.lora.LoRA); other PEFT schemes "
+                                       "are not modelled")
+        up = task_updates("lora", body.get("dim"), body.get("alpha"), body.get("target_modules"), where="peft.")
+        unknown = sorted(k for k in body if k not in ("_target_", "_class", "dim", "alpha", "target_modules", "dropout",
+                                                       "dropout_position", "lora_A_init_method",
+                                                       "lora_B_init_method", "a2a_experimental", "lora_dtype"))
+        if unknown:
+            notes.append(f"peft fields {unknown} not modelled (Bridge LoRA defaults assumed for them)")
+        return up
+    ds = cfg.get("dataset") or {}
+    meta_task = str((cfg.get("_meta") or {}).get("task") or "")
+    cls = str(ds.get("_class") or ds.get("_target_") or "") if isinstance(ds, dict) else ""
+    finetune_ds = isinstance(ds, dict) and (any(c in cls for c in _FINETUNE_DATASETS)
+                                            or ds.get("packed_sequence_specs") or ds.get("offline_packing_specs"))
+    if finetune_ds or meta_task in ("sft", "finetune"):
+        return {"task": "sft"}
+    if meta_task in ("peft", "lora"):
+        return task_updates("lora")
+    return {}
 
 
 def _enum_name(v: Any) -> str | None:
@@ -520,6 +569,11 @@ def job_to_config(job: Job) -> dict:
         "env_vars": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if f.expandable_segments else {},
         "_meta": {"model": job.model.name, "gpus": job.gpus, "system": job.system.name, "moe": job.model.is_moe},
     }
+    if f.task == "lora":  # Bridge ``peft`` section (megatron/bridge/peft/lora.py ``LoRA``)
+        cfg["peft"] = {"_target_": "megatron.bridge.peft.lora.LoRA", "dim": f.lora_dim, "alpha": f.lora_alpha,
+                       "target_modules": list(f.lora_target_modules)}
+    if f.task != "pretrain":
+        cfg["_meta"]["task"] = f.task
     if not f.use_distributed_optimizer:
         cfg["ddp"]["overlap_grad_reduce"] = f.overlap_grad_reduce
     cfg["comm_overlap"] = {k: v for k, v in cfg["comm_overlap"].items() if v is not None}

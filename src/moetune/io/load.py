@@ -89,6 +89,12 @@ class FeatureChoices:
     dist_opt: bool | None = None
     force_balance: bool | None = None
     routing_imbalance: float | None = None
+    #: the training task (a property of the job, never searched by ``plan``): ``pretrain``, ``sft``, ``lora``;
+    #: the LoRA settings (``--lora-dim`` etc.) imply ``lora`` (:func:`task_updates`)
+    task: str | None = None
+    lora_dim: int | None = None
+    lora_alpha: int | None = None
+    lora_target_modules: str | None = None
 
     def given(self) -> set[str]:
         return {f.name for f in fields(self) if getattr(self, f.name) is not None}
@@ -201,6 +207,58 @@ def choice_updates(ch: FeatureChoices) -> dict[str, Any]:
         if not 1.0 <= ch.routing_imbalance < float("inf"):  # also nan
             raise InputError.bad_value("--routing-imbalance", ch.routing_imbalance, "max/mean load >= 1")
         up["moe_routing_imbalance"] = float(ch.routing_imbalance)
+    up.update(task_updates(ch.task, ch.lora_dim, ch.lora_alpha, ch.lora_target_modules))
+    return up
+
+
+#: ``--task`` values: Features.task (``peft`` is Bridge's word for the adapter methods; LoRA is the one modelled)
+TASKS = ("pretrain", "sft", "lora")
+
+
+def task_updates(task: str | None, dim: int | None = None, alpha: int | None = None,
+                 targets: str | list[str] | tuple[str, ...] | None = None, *, where: str = "--") -> dict[str, Any]:
+    """Features fields of the training task (``--task``, ``--lora-dim``, ``--lora-alpha``, ``--lora-target-modules``
+    on the command line; ``where`` = ``"peft."`` names the Bridge YAML fields instead). Any LoRA setting implies
+    ``lora``; a LoRA setting with another task is an error. Unset LoRA settings keep Bridge's ``LoRA`` defaults
+    (``peft/lora.py``: dim 32, alpha 32, every linear)."""
+    from moetune.spec.features import LORA_DEFAULT_TARGETS
+
+    names = {"task": "--task", "dim": "--lora-dim", "alpha": "--lora-alpha", "targets": "--lora-target-modules"} \
+        if where == "--" else {"task": "peft", "dim": "peft.dim", "alpha": "peft.alpha",
+                               "targets": "peft.target_modules"}
+    up: dict[str, Any] = {}
+    lora_given = [n for n, v in (("dim", dim), ("alpha", alpha), ("targets", targets)) if v is not None]
+    if task is not None:
+        t = str(task).strip().lower()
+        if t == "peft":
+            t = "lora"
+        if t not in TASKS:
+            raise InputError.bad_value(names["task"], task, ", ".join(TASKS))
+        if lora_given and t != "lora":
+            raise InputError.bad_value(names[lora_given[0]], {"dim": dim, "alpha": alpha, "targets": targets}[
+                lora_given[0]], f"a LoRA setting only with --task lora (task is {t})")
+        up["task"] = t
+    elif lora_given:
+        up["task"] = "lora"
+    for key, field, v in (("dim", "lora_dim", dim), ("alpha", "lora_alpha", alpha)):
+        if v is None:
+            continue
+        try:
+            n = int(v)
+        except (TypeError, ValueError):
+            n = 0
+        if n < 1 or str(n) != str(v).strip():
+            raise InputError.bad_value(names[key], v, "a positive integer" + (" (the LoRA rank r)" if key == "dim"
+                                                                              else ""))
+        up[field] = n
+    if targets is not None:
+        items = targets if isinstance(targets, list | tuple) else str(targets).replace("+", ",").split(",")
+        mods = tuple(str(m).strip() for m in items if str(m).strip())
+        bad = [m for m in mods if m not in LORA_DEFAULT_TARGETS]
+        if bad or not mods:
+            raise InputError.bad_value(names["targets"], targets,
+                                       f"a comma list of {', '.join(LORA_DEFAULT_TARGETS)}")
+        up["lora_target_modules"] = mods
     return up
 
 
@@ -752,6 +810,11 @@ def feature_args(f: Features) -> list[str]:
         out.append(f"--routing-imbalance {f.moe_routing_imbalance:g}")
     cap = f.moe_expert_rank_capacity_factor
     out += [f"--rank-capacity-factor {'none' if cap is None else f'{cap:g}'}", _b("paged-stash", f.moe_paged_stash)]
+    if f.task != "pretrain":
+        out.append(f"--task {f.task}")
+    if f.task == "lora":
+        out += [f"--lora-dim {f.lora_dim}", f"--lora-alpha {f.lora_alpha}",
+                f"--lora-target-modules {','.join(f.lora_target_modules)}"]
     return out
 
 
@@ -813,9 +876,26 @@ def reproduce_command(job: Job, recipe: str | None, recipe_layout: Layout | None
 # published performance rows
 
 
+def published_task(model_name: str, task: str, release: str | None) -> tuple[dict[str, Any], str | None]:
+    """(Features updates, note) of a published row's training task: :func:`task_updates` of the table's ``task``
+    with the release's fine-tuning preset on top where the catalog has one
+    (:func:`~moetune.catalog.release_configs.finetune_preset`: LoRA rank / alpha / targets and the preset's CUDA
+    graphs); the note names the preset or says that none is known."""
+    from moetune.catalog.release_configs import finetune_preset
+
+    up = {"task": "pretrain", **task_updates(task)}
+    if up["task"] == "pretrain":
+        return up, None
+    ft = finetune_preset(model_name, up["task"], release)
+    if ft is None:
+        return up, (f"no {up['task']} preset of release {release} in the catalog"
+                    + (": Bridge's LoRA defaults" if up["task"] == "lora" else ""))
+    return {**up, **ft[0]}, ft[1]
+
+
 def build_published_job(*, model: Any, system: str, gpus: int, precision: str, gbs: int, mbs: int, seq: int, tp: int,
                         pp: int, cp: int, vp: int | None, ep: int, etp: int | None = None, fsdp: int = 0,
-                        release: str | None = None) -> Job:
+                        release: str | None = None, task: str = "pretrain") -> Job:
     """The Job of a published Bridge performance row (the "recipe path" of bench/steptime_accuracy.py and of
     ``moetune calibrate``): the table's layout and batch, features from the Bridge perf recipe for that
     model/system/precision when one exists (else :func:`perf_common_features`), routing force-balanced and dropless
@@ -823,7 +903,10 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     recompute, offloading) are those of the workload preset the release was published with, where one has the row's
     layout and batch (:mod:`moetune.catalog.release_configs`); where the table's VP / MBS match no preset of the
     release, the VP and MBS of the publishing commit's preset with the row's parallelism, GPU count and batch
-    (:func:`~moetune.catalog.release_configs.run_preset`: what the release's scripts ran)."""
+    (:func:`~moetune.catalog.release_configs.run_preset`: what the release's scripts ran). A fine-tuning row
+    (``task`` ``sft`` or ``lora``, the table's ``task`` column) is priced as its task (:func:`task_updates`) with the
+    release's fine-tuning preset where the catalog has it (:func:`~moetune.catalog.release_configs.finetune_preset`:
+    LoRA rank, target modules, CUDA graphs); the pre-training presets do not apply to it."""
     from moetune.catalog.release_configs import preset_features, release_preset, run_preset
     from moetune.catalog.systems import get_system
 
@@ -831,6 +914,11 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
     rjob, notes = recipe_job(model, sysm, gpus, precision)
     feats = rjob.features if rjob is not None else None
     preset = None
+    task_up, task_note = published_task(model.name, task, release)
+    if task_note:
+        notes.append(task_note)
+    if task_up["task"] != "pretrain":
+        release = None  # the release presets are pre-training presets
     if release:
         ran = run_preset(model.name, sysm.name, precision, release, gpus=gpus, tp=tp, pp=pp, cp=cp, vp=vp, ep=ep,
                          etp=etp, gbs=gbs, mbs=mbs)
@@ -875,6 +963,7 @@ def build_published_job(*, model: Any, system: str, gpus: int, precision: str, g
             notes.append("dense perf recipe not in the catalog: TP comm overlap on as Bridge's Llama perf recipes")
     if ep <= 1:
         update["overlap_moe_expert_parallel_comm"] = False
+    update.update(task_up)
     if not (update.get("sequence_parallel") and tp > 1):
         update["tp_comm_overlap"] = False
     if update.get("overlap_moe_expert_parallel_comm", feats.overlap_moe_expert_parallel_comm) and pp > 1 and not (

@@ -103,6 +103,9 @@ class ActConfig:
     ep: int = 1
     allgather_dispatcher: bool = False
     te_cross_entropy: bool = False
+    #: LoRA (frozen base linears): the adapted linears (``lora_target_modules``) and the rank; None otherwise
+    lora_targets: frozenset[str] | None = None
+    lora_dim: int = 0
     #: hash of the fields, computed once (the config is a key of many caches; not a field of equality)
     _hash: int = field(default=0, init=False, repr=False, compare=False)
 
@@ -213,18 +216,69 @@ def _mlp_components(model: ModelArch, mlp: str, cfg: ActConfig) -> dict[str, flo
     return out
 
 
+def _lora_components(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig, comps: dict[str, float]) -> None:
+    """LoRA's saved tensors in place of the frozen linears' inputs (``cfg.lora_targets`` set).
+
+    A frozen linear keeps no input for backward: Transformer Engine saves it only for the wgrad GEMM
+    (``transformer_engine/pytorch/module/linear.py``: ``backward_needs_input = is_grad_enabled and
+    weight.requires_grad``; ``layernorm_linear.py`` saves ``ln_out`` only ``if weight.requires_grad``; the grouped
+    expert linears likewise). An adapter (Megatron-Bridge ``peft/utils.py`` ``ParallelLinearAdapter``, BF16) saves its
+    own input for A's wgrad - the gathered norm output (d_in per token of the TP group: Bridge's default
+    ``sequence_parallel_input_regather = False`` keeps it) for ``linear_qkv`` / ``linear_fc1``, the TP-split input for
+    ``linear_proj`` / ``linear_fc2`` - and the r-wide output of A (B's input). So: the norm outputs (QKV and FC1
+    inputs) and the FC2 / expert-FC2 inputs drop to what an adapter keeps; the activation function's input (FC1 output)
+    and the attention output O (kept by the attention kernel for its own backward) stay."""
+    b16 = const("dtype_bytes")["bf16"]
+    tg = cfg.lora_targets or frozenset()
+    h, tp, t = model.hidden_size, cfg.tp, cfg.tokens
+    r = float(cfg.lora_dim)
+    glu = 2 if model.gated_linear_unit else 1
+    rank_out = 0.0  # A's outputs (B's inputs), r / TP wide (ColumnParallel A) or r (RowParallel A)
+    if "attn_norm_out" in comps and mixer in ("A", "W") and not model.multi_latent_attention:
+        comps["attn_norm_out"] = b16 * h * t if "linear_qkv" in tg else 0.0
+        rank_out += r / tp * t if "linear_qkv" in tg else 0.0
+    if "attn_proj_in" in comps and "linear_proj" in tg and mixer in ("A", "W"):
+        rank_out += r * t  # O itself is kept by attention (the pre-training term); the adapter adds its A output
+    if mlp == "D":
+        f = model.ffn_hidden_size / tp
+        comps["mlp_norm_out"] = b16 * h * t if "linear_fc1" in tg else 0.0
+        comps["mlp"] = b16 * glu * f * t + (b16 * f * t if "linear_fc2" in tg else 0.0)
+        rank_out += sum(x for m, x in (("linear_fc1", r / tp * t), ("linear_fc2", r * t)) if m in tg)
+    elif mlp == "E":
+        copies = model.moe_router_topk * cfg.tokens_sp * cfg.etp * cfg.routing_factor
+        f = (model.moe_ffn_hidden_size or 0) / cfg.etp
+        width_in = model.moe_latent_size or h
+        if "moe_dispatched" in comps:
+            comps["moe_dispatched"] = b16 * width_in * copies if "linear_fc1" in tg else 0.0
+        if "moe_act" in comps:
+            comps["moe_act"] = b16 * f * copies if "linear_fc2" in tg else 0.0
+        rank_out += sum(x for m, x in (("linear_fc1", r / cfg.etp * copies), ("linear_fc2", r * copies)) if m in tg)
+        comps["mlp_norm_out"] = 0.0  # the router and the dispatcher keep the normalised tokens (moe_dispatched)
+        if model.moe_shared_expert_intermediate_size and "shared_experts" in comps:
+            fs = model.moe_shared_expert_intermediate_size / tp
+            comps["shared_experts"] = b16 * glu * fs * t + (b16 * fs * t if "linear_fc2" in tg else 0.0)
+            if "linear_fc1" in tg:
+                comps["mlp_norm_out"] = b16 * h * t
+    if rank_out:
+        comps["lora_adapters"] = b16 * rank_out
+
+
 @memo(maxsize=4096)
 def layer_components(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> tuple[tuple[str, float], ...]:
     """Saved-for-backward bytes of one decoder layer for one microbatch on one rank, per component.
 
     Selective recompute removes the components its module recomputes; fine-grained offloading removes those moved to
-    host memory (the few resident layers are added by the caller as a working-set term).
+    host memory (the few resident layers are added by the caller as a working-set term). With LoRA the frozen
+    linears' inputs give way to the adapters' saved tensors (:func:`_lora_components`).
     """
     comps: dict[str, float] = {}
     if mixer != "_":
         comps.update(_attention_components(model, mixer, cfg))
     if mlp != "_":
         comps.update(_mlp_components(model, mlp, cfg))
+    if cfg.lora_targets is not None:
+        _lora_components(model, mixer, mlp, cfg, comps)
+        comps = {k: v for k, v in comps.items() if v > 0}
     for mod in cfg.recompute:
         for name in _RECOMPUTE_TARGETS.get(mod, ()):
             comps.pop(name, None)

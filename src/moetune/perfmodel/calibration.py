@@ -251,16 +251,17 @@ NFEV_PER_PARAM = 40
 class RunPredictor:
     """Model TFLOP/s/GPU of measured runs under any efficiency set (work profiles built once; hot path of fits).
 
-    TFLOP/s use the Megatron-Bridge FLOPs definition of each run's release (:func:`flops.flops_per_token`)."""
+    TFLOP/s use the Megatron-Bridge FLOPs definition of each run's release and task
+    (:func:`flops.task_flops_per_token`: LoRA rows count the frozen layers' forward + dgrad, as Bridge does)."""
 
     def __init__(self, runs: Sequence[MeasuredRun], base: Efficiency | None = None) -> None:
-        from moetune.perfmodel.flops import flops_per_token
+        from moetune.perfmodel.flops import task_flops_per_token
         from moetune.perfmodel.step import build_profile
 
         self.runs = list(runs)
         self.profiles = [build_profile(r.job, base) for r in self.runs]
-        self.fpt = [flops_per_token(r.job.model, r.job.seq_length, r.job.layout.tp, r.definition).total
-                    for r in self.runs]
+        self.fpt = [task_flops_per_token(r.job.model, r.job.seq_length, r.job.layout.tp, r.job.features.task,
+                                         r.definition) for r in self.runs]
         self.measured = np.array([r.tflops for r in self.runs], dtype=float)
 
     def __call__(self, eff: Efficiency, idx: Sequence[int] | None = None) -> np.ndarray:
@@ -401,7 +402,8 @@ def precision_variants(label: str) -> list[str]:
 def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> tuple[list[MeasuredRun], list[str]]:
     """Rows of a measured-throughput CSV as jobs; returns (runs, skipped-row descriptions).
 
-    ``job_builder(model, system, gpus, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, etp, fsdp, release)`` makes
+    ``job_builder(model, system, gpus, precision, gbs, mbs, seq, tp, pp, cp, vp, ep, etp, fsdp, release, task)``
+    (``task``: the row's ``task`` column, pretrain when empty) makes
     the Job (features from the Bridge recipe, or the release's workload preset, when one exists). A cell such as ``FP8-CS (FP8-MX)`` with numbers
     ``37556 (36108)`` is two runs. Rows whose model is not in the catalog, or whose precision is not given, are
     skipped with the reason.
@@ -461,6 +463,7 @@ def read_measured_csv(path: str | Path, *, job_builder: Callable[..., Any]) -> t
                     etp=_int(row.get("etp", ""), "etp", None, alt=alt),
                     fsdp=_int(row.get("fsdp", ""), "fsdp", 0, alt=alt) or 0,
                     release=row.get("release", "").strip() or None,
+                    task=(row.get("task") or "").strip() or "pretrain",
                 )
             except InputError as exc:
                 skipped.append(f"{desc} [{plab}]: {exc}")

@@ -73,6 +73,7 @@ class WorkList:
     g_quant: list[bool] = field(default_factory=list)
     g_tag: list[int] = field(default_factory=list)
     g_layer: list[int] = field(default_factory=list)
+    g_adapter: list[bool] = field(default_factory=list)  # a LoRA adapter GEMM: trainable when the base is frozen
     # attention core (forward Bridge FLOPs) and memory-bound bytes (forward)
     a_flops: list[float] = field(default_factory=list)
     a_tag: list[int] = field(default_factory=list)
@@ -83,7 +84,7 @@ class WorkList:
     e_stream: list[bool] = field(default_factory=list)  # one contiguous multi-GB tensor streamed (module doc)
 
     def gemm(self, flops: float, m: float, n: float, k: float, *, groups: float = 1.0, quant: bool, tag: str,
-             layer: int) -> None:
+             layer: int, adapter: bool = False) -> None:
         if flops <= 0:
             return
         self.g_flops.append(flops)
@@ -94,6 +95,7 @@ class WorkList:
         self.g_quant.append(quant)
         self.g_tag.append(TAG[tag])
         self.g_layer.append(layer)
+        self.g_adapter.append(adapter)
 
     def attn(self, flops: float, *, tag: str = "core_attn", layer: int) -> None:
         if flops > 0:
@@ -113,7 +115,7 @@ class WorkList:
         return {
             "g_flops": f(self.g_flops, float), "g_m": f(self.g_m, float), "g_n": f(self.g_n, float),
             "g_k": f(self.g_k, float), "g_groups": f(self.g_groups, float), "g_quant": f(self.g_quant, bool),
-            "g_tag": f(self.g_tag, int), "g_layer": f(self.g_layer, int),
+            "g_tag": f(self.g_tag, int), "g_layer": f(self.g_layer, int), "g_adapter": f(self.g_adapter, bool),
             "a_flops": f(self.a_flops, float), "a_tag": f(self.a_tag, int), "a_layer": f(self.a_layer, int),
             "e_bytes": f(self.e_bytes, float), "e_tag": f(self.e_tag, int), "e_layer": f(self.e_layer, int),
             "e_stream": f(self.e_stream, bool),
@@ -123,7 +125,8 @@ class WorkList:
 def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
                       quant: np.ndarray, *, peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float,
                       eff_bf16: float, knee: float, hbm_gbs: float, hbm_eff: float, quant_bytes: float,
-                      grad_accum_bytes: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+                      grad_accum_bytes: float | None = None, wgrad: np.ndarray | bool = True
+                      ) -> tuple[np.ndarray, np.ndarray | None]:
     """(forward, backward or None) seconds of each GEMM row, every pass the roofline of the forward's FLOPs at the
     tile-utilised rate and its own HBM bytes (module doc).
 
@@ -132,7 +135,10 @@ def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.nda
     X M×K and dY M×N, accumulates dW K×N into the main gradient - TE ``fuse_wgrad_accumulation`` / Megatron
     ``gradient_accumulation_fusion`` read and write the main_grad in the GEMM epilogue, ``grad_accum_bytes`` per
     weight). Where the operands dominate (few tokens per expert) the weight-gradient traffic makes wgrad
-    memory-bound.
+    memory-bound. ``wgrad`` (per row or for all): False where the weight is frozen (LoRA's base linears,
+    ``requires_grad = False``): Transformer Engine's linear backward then computes dgrad only (``weight.requires_grad``
+    gates the wgrad GEMM in ``transformer_engine/pytorch/module/linear.py`` ``_Linear.backward``), so the backward is
+    one forward's FLOPs instead of two.
     """
     util = (m / (m + knee)) * (n / (n + knee)) * (k / (k + knee))
     rate = np.where(quant, peak_quant_tflops * eff_quant, peak_bf16_tflops * eff_bf16) * 1e12 * util
@@ -143,8 +149,8 @@ def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.nda
     if grad_accum_bytes is None:
         return fwd, None
     dgrad = groups * (bpe * (m * n + k * n) + BF16_BYTES * m * k) / bw
-    wgrad = groups * (bpe * (m * k + m * n) + grad_accum_bytes * k * n) / bw
-    return fwd, np.maximum(t_flop, dgrad) + np.maximum(t_flop, wgrad)
+    wgrad_s = groups * (bpe * (m * k + m * n) + grad_accum_bytes * k * n) / bw
+    return fwd, np.maximum(t_flop, dgrad) + np.where(wgrad, np.maximum(t_flop, wgrad_s), 0.0)
 
 
 def gemm_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,

@@ -242,6 +242,29 @@ def flops_per_token(model: ModelArch, seq_length: int, tp: int = 1, definition: 
     )
 
 
+#: Bridge's LoRA FLOPs: frozen linears count forward + dgrad (2/3 of forward + 2x backward), core attention (no
+#: weights) keeps its full factor (``flop_utils.py`` ``num_floating_point_operations``, the ``is_lora`` branch:
+#: ``model_flops_frozen * (2.0 / 3.0) + model_flops_unfrozen``)
+LORA_FROZEN_FACTOR = 2.0 / 3.0
+#: the components without weights (core attention, SSM scan / delta-rule core): not frozen
+_UNFROZEN = ("core_attention", "mixer_core")
+
+
+def task_flops_per_token(model: ModelArch, seq_length: int, tp: int = 1, task: str = "pretrain",
+                         definition: str = "current") -> float:
+    """Model FLOPs per token of a training task as Bridge counts them: :func:`flops_per_token` for pre-training and
+    full fine-tuning (SFT), and for LoRA the frozen part (every component but core attention / the mixer core) times
+    :data:`LORA_FROZEN_FACTOR` plus the core attention in full (Megatron-Bridge ``training/utils/flop_utils.py``
+    ``num_floating_point_operations``, LoRA branch; the adapters' own FLOPs are not counted there either). Bridge
+    takes the attention term from the packed SQuAD data's mean squared sub-sequence length when the packed file is
+    present; moetune has no such statistics and uses fixed-length sequences of ``seq_length``."""
+    fb = flops_per_token(model, seq_length, tp, definition)
+    if task != "lora":
+        return fb.total
+    unfrozen = sum(getattr(fb, k) for k in _UNFROZEN)
+    return (fb.total - unfrozen) * LORA_FROZEN_FACTOR + unfrozen
+
+
 def flops_per_step(model: ModelArch, seq_length: int, global_batch_size: int, tp: int = 1,
                    definition: str = "current") -> float:
     """Model FLOPs of one optimizer step: GBS·s tokens × :func:`flops_per_token` (Bridge calls

@@ -84,7 +84,7 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
                    tp_overlap_tp: int = 1, etp: int = 1, local_experts: float = 1.0, grouped_gemm: bool = True,
                    permute_fusion: bool = True, unfused_attention: bool = False,
                    unfused_rope: bool = False, ep_overlap: bool = False, dispatcher: str = "alltoall",
-                   flex_backend: str | None = None) -> LayerLaunches:
+                   flex_backend: str | None = None, lora_attn: int = 0, lora_mlp: int = 0) -> LayerLaunches:
     """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes.
 
     ``quant_gemms`` > 0 adds the FP8/FP4 cast kernels of each quantised GEMM input; ``shared`` adds the shared
@@ -94,7 +94,9 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
     ``permute_fusion`` off, ``unfused_attention`` and ``unfused_rope`` add the unfused paths; ``ep_overlap`` adds the
     combined 1F1B schedule's per-node host work (:func:`ep_overlap_node_ops`: its autograd engine calls as eager
     operations, its bookkeeping calls as native ones; ``dispatcher``: the token dispatcher type, which decides which
-    nodes free their inputs; ``flex_backend``: the flex dispatcher's backend) (module doc)."""
+    nodes free their inputs; ``flex_backend``: the flex dispatcher's backend) (module doc); ``lora_attn`` /
+    ``lora_mlp``: LoRA adapters on the attention / MLP (or expert) linears, ``lora_adapter`` kernels each, inside the
+    scope of the module they wrap."""
     full = graphs_on and "full_iteration" in scopes
     cast = kernels.get("fp8_casts_per_gemm", 0.0) if quant_gemms > 0 else 0.0
     eager = 0.0
@@ -120,11 +122,13 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
             n += kernels.get("unfused_attention", 0.0)
         if unfused_rope:
             n += kernels.get("unfused_rope", 0.0)
+        n += kernels.get("lora_adapter", 0.0) * lora_attn
         part("attn", n, "attn", tp_overlap_kernels(2, tp_overlap_tp))
     elif mixer in ("M", "G"):
         part("mamba", kernels["mamba"] + cast * min(quant_gemms, 2), "mamba")
     if mlp == "D":
-        part("mlp", kernels["mlp"] + cast * 2, "mlp", tp_overlap_kernels(2, tp_overlap_tp))
+        part("mlp", kernels["mlp"] + cast * 2 + kernels.get("lora_adapter", 0.0) * lora_mlp, "mlp",
+             tp_overlap_kernels(2, tp_overlap_tp))
     elif mlp == "E":
         moe_scope = "moe" if "moe" in scopes else None
         part("router", kernels["moe_router"], moe_scope or "moe_router")
@@ -133,7 +137,8 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
         part("dispatch", kernels["moe_dispatch"] + (0.0 if permute_fusion else kernels.get("moe_unfused_permute", 0.0)),
              moe_scope)
         per_expert = kernels.get("grouped_gemm_per_expert" if grouped_gemm else "sequential_mlp_per_expert", 0.0)
-        part("experts", kernels["moe_experts"] + cast * 2 + per_expert * max(local_experts, 1.0), moe_scope)
+        part("experts", kernels["moe_experts"] + cast * 2 + per_expert * max(local_experts, 1.0)
+             + kernels.get("lora_adapter", 0.0) * lora_mlp, moe_scope)
         if shared:
             part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):

@@ -12,6 +12,13 @@ bytes/param = weight (2, or 1 for FP8 params) + main grad (4 when reduced in FP3
 parameters and EDP / instances for expert parameters with the distributed optimizer, 1 without. Megatron-FSDP
 ``optim_grads_params`` also shards weights and grads. Optimizer CPU offload keeps (1 − f) of the optimizer state.
 
+LoRA (``Features.task == "lora"``, Megatron-Bridge ``peft/lora.py``): the base weights are frozen (``PEFT.freeze_model``
+sets ``requires_grad = False``), and Megatron-Core ``DistributedDataParallel`` builds its main-gradient buffers and the
+distributed optimizer its shards only from parameters with ``requires_grad`` (``distributed_data_parallel.py``:
+``if not param.requires_grad: continue``). So the base keeps its weights (and FP8 weight caches) and nothing else;
+the adapters (:func:`moetune.perfmodel.params.lora_adapters`, BF16 like the model: ``lora_dtype`` None) carry weights,
+main grads and optimizer state like any trainable parameter (:func:`lora_rank_params`).
+
 Fast path: everything per model and layer is memoised (:mod:`moetune.memo`) on its hashable arguments;
 :func:`estimate_memory` builds only dataclasses.
 """
@@ -35,6 +42,7 @@ from moetune.perfmodel.params import (
     embedding_params,
     final_norm_params,
     layer_params,
+    lora_adapters,
     mtp_block_layers,
     mtp_block_params,
     mtp_extra_params,
@@ -258,15 +266,19 @@ def _split_rank_params(m: ModelArch, fields: SplitFields, tp: int, ep: int, etp:
 
 
 def _model_state(job: Job, dense: float, expert: float, lin: float, largest_layer: float,
-                 per_job: tuple[StateBytes, int, int] | None = None) -> dict[str, float]:
+                 per_job: tuple[StateBytes, int, int] | None = None,
+                 trainable: tuple[float, float] | None = None) -> dict[str, float]:
     """Bytes of weights, grads, optimizer state (and FP8 weight caches / FSDP buffers) on one rank.
-    ``per_job`` = (:func:`state_bytes`, *:func:`shard_sizes`) of the job when the caller already has them."""
+    ``per_job`` = (:func:`state_bytes`, *:func:`shard_sizes`) of the job when the caller already has them.
+    ``trainable``: (dense, expert) LoRA adapter params of the rank (:func:`lora_rank_params`) when the base is frozen
+    (module doc): then only they have main grads and optimizer state, and their BF16 weights join the base's."""
     f = job.features
     if per_job is None:
         sb = state_bytes(job)
         s_dense, s_exp = shard_sizes(job)
     else:
         sb, s_dense, s_exp = per_job
+    g_dense, g_exp = (dense, expert) if trainable is None else trainable
     out: dict[str, float] = {}
     if f.use_megatron_fsdp:
         strat = f.data_parallel_sharding_strategy
@@ -274,18 +286,21 @@ def _model_state(job: Job, dense: float, expert: float, lin: float, largest_laye
         g_div = (s_dense, s_exp) if strat in ("optim_grads", "optim_grads_params") else (1, 1)
         o_div = (s_dense, s_exp) if strat != "no_shard" else (1, 1)
         out["weights"] = sb.weight * (dense / w_div[0] + expert / w_div[1])
-        out["main_grads"] = sb.grad * (dense / g_div[0] + expert / g_div[1])
-        out["optimizer_state"] = sb.optimizer * (dense / o_div[0] + expert / o_div[1])
+        out["main_grads"] = sb.grad * (g_dense / g_div[0] + g_exp / g_div[1])
+        out["optimizer_state"] = sb.optimizer * (g_dense / o_div[0] + g_exp / o_div[1])
         if strat == "optim_grads_params":
             # all-gathered params of the current + prefetched module and the unsharded grads being reduced
-            out["fsdp_unsharded_buffers"] = 2 * sb.weight * largest_layer + sb.grad * largest_layer
+            grads = largest_layer if trainable is None else 0.0
+            out["fsdp_unsharded_buffers"] = 2 * sb.weight * largest_layer + sb.grad * grads
     else:
         out["weights"] = _weight_bytes(job, sb, dense + expert, lin)
-        out["main_grads"] = sb.grad * (dense + expert)
+        out["main_grads"] = sb.grad * (g_dense + g_exp)
         if f.use_distributed_optimizer:
-            out["optimizer_state"] = sb.optimizer * (dense / s_dense + expert / s_exp)
+            out["optimizer_state"] = sb.optimizer * (g_dense / s_dense + g_exp / s_exp)
         else:
-            out["optimizer_state"] = sb.optimizer * (dense + expert)
+            out["optimizer_state"] = sb.optimizer * (g_dense + g_exp)
+    if trainable is not None:
+        out["lora_adapter_weights"] = const("dtype_bytes")["bf16"] * (g_dense + g_exp)
     if f.precision in FP8_PRECISIONS and not f.fp8_param_gather:
         out["fp8_weight_cache"] = _quantized_weight_bytes_per_param(job) * lin
     return out
@@ -316,14 +331,50 @@ def _weight_bytes(job: Job, sb: StateBytes, params: float, lin: float) -> float:
 
 def weight_and_optimizer_bytes(job: Job) -> list[float]:
     """Weights + grads + optimizer state per PP rank (bytes) — the quantity Megatron-LM prints as
-    "Theoretical memory footprints: weight and optimizer" (for its most loaded shard)."""
+    "Theoretical memory footprints: weight and optimizer" (for its most loaded shard); with LoRA the adapters'
+    weights too."""
     out = []
     per_job = (state_bytes(job), *shard_sizes(job))
+    lora = lora_rank_params(job)
     for rank in pipeline_ranks(job.model, job.layout):
         d, e, li, _ = _rank_params(job, rank)
-        ms = _model_state(job, d, e, li, 0.0, per_job)
-        out.append(ms["weights"] + ms["main_grads"] + ms["optimizer_state"])
+        ms = _model_state(job, d, e, li, 0.0, per_job, None if lora is None else lora[rank.pp_rank])
+        out.append(ms["weights"] + ms["main_grads"] + ms["optimizer_state"] + ms.get("lora_adapter_weights", 0.0))
     return out
+
+
+def lora_rank_params(job: Job) -> tuple[tuple[float, float], ...] | None:
+    """Per PP rank, the (dense, expert) LoRA adapter parameters one GPU holds; None unless the job's task is LoRA.
+    Adapters of TP-split linears are split over TP (:class:`moetune.perfmodel.params.LoraAdapter`), the routed
+    experts' shared adapter over ETP; MTP layers carry adapters like decoder layers (Bridge matches every module)."""
+    f = job.features
+    if f.task != "lora":
+        return None
+    lay = job.layout
+    fields = split_fields(lay)
+    return tuple(_lora_rank_params(job.model, fields, lay.tp, lay.expert_tp, r.pp_rank,
+                                   tuple(f.lora_target_modules), f.lora_dim)
+                 for r in _pipeline_ranks(job.model, fields))
+
+
+@memo(maxsize=16384)
+def _lora_rank_params(m: ModelArch, fields: SplitFields, tp: int, etp: int, pp_rank: int, targets: tuple[str, ...],
+                      dim: int) -> tuple[float, float]:
+    rank = _pipeline_ranks(m, fields)[pp_rank]
+    kinds: list[tuple[str, str]] = []
+    for ch in rank.chunks:
+        kinds += [(m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers]
+        if ch.mtp_layers:
+            kinds += mtp_block_layers(m) * (1 if m.mtp_use_repeated_layer else ch.mtp_layers)
+    dense = expert = 0.0
+    for kind, group in groupby(sorted(kinds)):
+        n = sum(1 for _ in group)
+        for a in lora_adapters(m, *kind, targets):
+            if a.expert:
+                expert += n * a.params(dim) / etp
+            else:
+                dense += n * a.params(dim) / tp
+    return dense, expert
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -360,6 +411,8 @@ def _job_act_config(f: Features, tp: int, cp: int, etp: int, ep: int, seq: int, 
         routing_factor=expert_buffer_load(f), recompute=rec if recompute is None else recompute, offload=off,
         ep=ep, allgather_dispatcher=f.moe_token_dispatcher_type == "allgather",
         te_cross_entropy=f.cross_entropy_loss_fusion and f.cross_entropy_fusion_impl == "te",
+        lora_targets=frozenset(f.lora_target_modules) if f.task == "lora" else None,
+        lora_dim=f.lora_dim if f.task == "lora" else 0,
     )
 
 
@@ -749,10 +802,12 @@ def _rank_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: in
                             for a, b in zip(m.mixer_pattern, m.mlp_pattern, strict=True))
     per_job = (state_bytes(job), *shard_sizes(job))
     params = _all_rank_params(m, lay)
+    lora = lora_rank_params(job)
     ranks = []
     for rank in stages:
         dense, expert, lin, per_chunk_params = params[rank.pp_rank]
-        comps = _model_state(job, dense, expert, lin, largest_layer, per_job)
+        comps = _model_state(job, dense, expert, lin, largest_layer, per_job,
+                             None if lora is None else lora[rank.pp_rank])
         ranks.append((comps, sum(comps.values()), per_chunk_params, _inflight_array(lay.pp, vpp, nmb, rank.pp_rank),
                       inflight_states(lay.pp, vpp, nmb, rank.pp_rank)))
     return stages, vocab_padded, ranks
@@ -842,9 +897,25 @@ def estimate_memory(job: Job) -> MemoryEstimate:
     )
 
 
+def task_assumptions(f: Features) -> list[str]:
+    """What the memory and time models assume about the job's training task (both list it; ``estimate`` merges)."""
+    if f.task == "lora":
+        return [f"LoRA r={f.lora_dim} alpha={f.lora_alpha} on {', '.join(f.lora_target_modules)} (Megatron-Bridge "
+                "peft/lora.py): base weights frozen - no main grads or optimizer state, forward + dgrad only; BF16 "
+                "adapters trainable (DP reduce and optimizer step over them alone); the frozen linears keep no input for "
+                "backward, the adapters keep theirs (BF16) and their rank-r outputs",
+                "fine-tuning sequences at full length seq_length (Bridge packs fine-tuning data into sequences of "
+                "packed_sequence_size; without the data's sub-sequence statistics attention runs full length)"]
+    if f.task == "sft":
+        return ["SFT (full fine-tune) priced as pre-training, sequences at full length seq_length (Bridge packs "
+                "fine-tuning data into sequences of packed_sequence_size; without the data's sub-sequence statistics "
+                "attention runs full length)"]
+    return []
+
+
 def _assumptions(job: Job, cfg: act.ActConfig) -> list[str]:
     f = job.features
-    a = [*job.assumptions, *job.model.approximations]
+    a = [*job.assumptions, *job.model.approximations, *task_assumptions(f)]
     a.append(f"activations in {'FP8 (linear inputs) + ' if cfg.fp8 else ''}BF16; "
              f"{'unfused attention keeps a*s^2 softmax per layer' if cfg.unfused_attention else 'flash/fused attention (LSE only)'}")
     if job.model.is_moe:

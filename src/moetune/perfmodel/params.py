@@ -347,3 +347,69 @@ def count_params(model: ModelArch) -> ParamCounts:
     )
     return ParamCounts(total=total_main + mtp, active=active, total_without_mtp=total_main,
                        active_with_mtp=round(active + mtp_active), by_component=by, assumptions=assumptions)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# LoRA adapters (parameter-efficient fine-tuning)
+
+
+@dataclass(frozen=True)
+class LoraAdapter:
+    """One LoRA adapter of a decoder layer: A (``d_in`` x r) then B (r x ``d_out``) next to the frozen linear
+    ``module`` (Megatron-Bridge ``peft/lora.py`` ``LoRA.transform`` -> ``peft/utils.py`` ``ParallelLinearAdapter``).
+
+    Both matrices are split over TP whatever the base layer's parallel style: for a row-parallel base
+    (``linear_proj``, ``linear_fc2``: ``input_is_parallel``) ``linear_in`` is a ``RowParallelLinear`` (d_in / TP x r)
+    and ``linear_out`` a ``ColumnParallelLinear`` (r x d_out / TP); for a column-parallel base (``linear_qkv``,
+    ``linear_fc1``) ``linear_in`` is a ``ColumnParallelLinear`` with ``gather_output=True`` (d_in x r / TP) and
+    ``linear_out`` a ``ColumnParallelLinear`` (r x d_out / TP). So one TP rank holds r (d_in + d_out) / TP.
+    ``expert``: the adapter of the routed experts' grouped linear; with Bridge's default ``share_expert_adapters =
+    True`` one adapter serves all local experts of an EP rank (split over ETP like the experts), and every routed
+    token of the rank goes through it."""
+
+    module: str
+    d_in: int
+    d_out: int
+    expert: bool = False
+
+    def params(self, dim: int) -> int:
+        """r (d_in + d_out): A and B of rank ``dim`` (no biases: Bridge builds both with ``bias=False``)."""
+        return dim * (self.d_in + self.d_out)
+
+
+def lora_adapters(model: ModelArch, mixer: str, mlp: str, targets: tuple[str, ...]) -> tuple[LoraAdapter, ...]:
+    """The LoRA adapters of a decoder layer of kind (mixer, mlp) for Bridge ``target_modules`` names.
+
+    Bridge matches a module by its attribute name (``ModuleMatcher``): ``linear_qkv`` exists in GQA / MHA attention
+    (h -> q + 2 kv [+ q with the output gate], as :func:`attention_params`), ``linear_proj`` in GQA / MHA and MLA
+    attention (q (MLA: n d_v) -> h), ``linear_fc1`` / ``linear_fc2`` in the dense MLP, the shared experts and the
+    routed experts (h -> f (x2 with GLU) -> h, :func:`mlp_params`). MLA's down/up projections and the Mamba /
+    linear-attention projections have other names: the default targets put no adapter on them."""
+    h = model.hidden_size
+    out: list[LoraAdapter] = []
+    if mixer in ("A", "W"):
+        if model.multi_latent_attention:
+            q_w = model.num_attention_heads * (model.v_head_dim or 0)
+        else:
+            d = model.head_dim
+            q_w = model.num_attention_heads * d
+            if "linear_qkv" in targets:
+                kv_w = model.query_groups * d
+                out.append(LoraAdapter("linear_qkv", h, q_w + 2 * kv_w + (q_w if model.attention_output_gate else 0)))
+        if "linear_proj" in targets:
+            out.append(LoraAdapter("linear_proj", q_w, h))
+    glu = 2 if model.gated_linear_unit else 1
+    widths: list[tuple[int, bool]] = []
+    if mlp == "D":
+        widths.append((model.ffn_hidden_size, False))
+    elif mlp == "E":
+        if model.moe_shared_expert_intermediate_size:
+            widths.append((model.moe_shared_expert_intermediate_size, False))
+        widths.append((model.moe_ffn_hidden_size or 0, True))
+    for f, expert in widths:
+        d_in = int(model.moe_latent_size or h) if expert else h
+        if "linear_fc1" in targets:
+            out.append(LoraAdapter("linear_fc1", d_in, f * glu, expert))
+        if "linear_fc2" in targets:
+            out.append(LoraAdapter("linear_fc2", f, d_in, expert))
+    return tuple(out)

@@ -16,7 +16,7 @@ docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import NamedTuple
@@ -36,9 +36,11 @@ from moetune.perfmodel.memory import (
     cpu_offloaded_layer_bytes,
     fine_grained_offloaded_bytes,
     grad_buffer_bytes,
+    lora_rank_params,
     state_bytes,
+    task_assumptions,
 )
-from moetune.perfmodel.params import layer_params
+from moetune.perfmodel.params import layer_params, lora_adapters
 from moetune.perfmodel.routing import expert_load, static_expert_shapes
 from moetune.perfmodel.uncertainty import Band, band_for
 from moetune.spec.features import FP8_PRECISIONS, Features
@@ -156,6 +158,12 @@ def _total_flops(model: ModelArch, seq: int, tp: int) -> float:
     return float(F.flops_per_token(model, seq, tp).total)
 
 
+@memo(maxsize=1024)
+def _task_flops(model: ModelArch, seq: int, tp: int, task: str) -> float:
+    """Model FLOPs per token of a training task (:func:`moetune.perfmodel.flops.task_flops_per_token`), memoised."""
+    return float(F.task_flops_per_token(model, seq, tp, task))
+
+
 class Kind(Enum):
     """Work kinds of a decoder layer in this module: each names how its FLOPs are priced (GEMM shape, attention
     kernel) and the recompute / TP-sharding class they belong to."""
@@ -240,6 +248,8 @@ class LayerInputs(NamedTuple):
     expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
     static_expert_shapes: bool  #: :func:`moetune.perfmodel.routing.static_expert_shapes` (no per-layer host sync)
     ep_overlap: bool  #: ``overlap_moe_expert_parallel_comm`` with EP > 1: the combined 1F1B schedule's nodes (host)
+    lora_targets: tuple[str, ...] = ()  #: ``lora_target_modules`` when the task is LoRA, else ()
+    lora_dim: int = 0  #: ``lora_dim`` when the task is LoRA, else 0
 
     @classmethod
     def of(cls, job: Job) -> LayerInputs:
@@ -255,7 +265,8 @@ class LayerInputs(NamedTuple):
                    f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
                    f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
-                   static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1))
+                   static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1),
+                   *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora" else ((), 0)))
 
 
 @memo(maxsize=4096)
@@ -330,6 +341,12 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
             wl.gemm(t_gpu * f, t_gpu, E, h, quant=False, tag="router", layer=i)
         else:
             wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp, 1.0), h, quant=False, tag="other", layer=i)
+    n_lora = n_lora_attn = 0
+    if inp.lora_targets:
+        _adapter_gemms(wl, model, mixer, mlp, inp, i, t_a * k_top * etp * load / tp)
+        adapters = lora_adapters(model, mixer, mlp, inp.lora_targets)
+        n_lora = len(adapters)
+        n_lora_attn = sum(1 for a in adapters if a.module in ("linear_qkv", "linear_proj"))
     # memory-bound kernels (forward bytes on this GPU)
     hd = model.head_dim
     if mixer != "_":
@@ -398,8 +415,43 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 unfused_attention=feat.attention_backend == "unfused",
                                 unfused_rope=not feat.apply_rope_fusion, ep_overlap=inp.ep_overlap,
                                 dispatcher=feat.moe_token_dispatcher_type,
-                                flex_backend=feat.moe_flex_dispatcher_backend)
+                                flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=n_lora_attn,
+                                lora_mlp=n_lora - n_lora_attn)
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
+
+
+#: the base linears whose input dimension is split over TP (row-parallel: ``input_is_parallel`` in Bridge's adapter)
+_ROW_PARALLEL = frozenset({"linear_proj", "linear_fc2"})
+#: work tag of each adapter's GEMMs (the tag of the linear it wraps: recompute and EP-overlap classes follow it)
+_ADAPTER_TAG = {"linear_qkv": "attn_proj", "linear_proj": "attn_proj"}
+
+
+def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, inp: LayerInputs, layer: int,
+                   expert_rows: float) -> None:
+    """Forward GEMMs of a layer's LoRA adapters (:func:`moetune.perfmodel.params.lora_adapters`), BF16, marked
+    ``adapter`` (trainable: they keep wgrad when the base is frozen, :func:`_price`).
+
+    Per adapter two GEMMs over the rows the wrapped linear sees: A (x @ A, d_in -> r) and B (. @ B, r -> d_out), split
+    over TP as Bridge's ``ParallelLinearAdapter`` splits them (:class:`moetune.perfmodel.params.LoraAdapter`): for a
+    row-parallel base A reads the TP-split input (K = d_in / TP, N = r), for a column-parallel base A reads the whole
+    input (K = d_in, N = r / TP); B writes d_out / TP columns. Dense adapters run on the TP group's tokens (t_a);
+    the routed experts' shared adapter (``share_expert_adapters``) on every token routed to the rank
+    (``expert_rows``), split over ETP. At rank 16-32 each GEMM is bandwidth-bound (a 16-wide N or K): the roofline
+    of :func:`moetune.perfmodel.compute.gemm_pass_seconds` prices it by the bytes it moves, i.e. by reading the
+    input activation once more (forward), and dX / X again (backward)."""
+    r = float(inp.lora_dim)
+    t_a = inp.seq_length * inp.micro_batch_size / inp.cp
+    for a in lora_adapters(model, mixer, mlp, inp.lora_targets):
+        split = float(inp.etp if a.expert else inp.tp)
+        rows = expert_rows if a.expert else t_a
+        tag = "experts" if a.expert else _ADAPTER_TAG.get(a.module, "shared" if mlp == "E" else "mlp")
+        if a.module in _ROW_PARALLEL:
+            n_a, k_a = r, a.d_in / split
+        else:
+            n_a, k_a = r / split, float(a.d_in)
+        wl.gemm(2 * rows * n_a * k_a, rows, n_a, k_a, quant=False, tag=tag, layer=layer, adapter=True)
+        n_b = a.d_out / split
+        wl.gemm(2 * rows * n_b * r, rows, n_b, r, quant=False, tag=tag, layer=layer, adapter=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -663,7 +715,8 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     quant_on, bf16_layers = quantised_layers(model, feat)
     kernels = eff.kernels
     split, total, stages, first_kinds = _layout_work(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
-    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes]
+    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes,
+                              *task_assumptions(feat)]
     v = split.vpp
     types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
                          job.system.nvlink_domain, kernels)
@@ -675,6 +728,8 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
     m = max(job.num_microbatches, 1)
     pcls = K.precision_class(feat.precision, job.system.gpu.arch)
+    if feat.task == "lora":  # the model FLOPs reported (TFLOP/s/GPU) as Bridge counts a LoRA job
+        total = _task_flops(model, seq, lay.tp, feat.task)
     return Profile(job, types, list(stages), m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes,
                    pp_cross, K.QUANT_BYTES[feat.precision], pcls, cpu_offloaded_layer_bytes(job),
                    fine_grained_offloaded_bytes(job))
@@ -695,7 +750,9 @@ def _price(work: dict[str, np.ndarray], r: Rates | ComputeRates, rf: dict[int, f
         kw = dict(peak_quant_tflops=r.peak_quant, eff_quant=r.eff_quant, peak_bf16_tflops=r.peak_bf16,
                   eff_bf16=r.eff_bf16, knee=r.knee, hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, quant_bytes=r.quant_bytes)
         args = (gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"])
-        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r.grad_accum_bytes)
+        # LoRA: the frozen base GEMMs skip wgrad, the adapters' GEMMs keep it (compute.gemm_pass_seconds)
+        wgrad = work.get("g_adapter", False) if r.frozen_base else True
+        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r.grad_accum_bytes, wgrad=wgrad)
         tfb = (tg + tb) / 3.0
     else:
         tg = tfb = gf
@@ -744,6 +801,7 @@ class Rates(NamedTuple):
     ep_overlap_eff: float  #: ``ep_overlap_eff``
     grad_accum_bytes: float  #: main-gradient accumulation in the wgrad epilogue: read + write per weight
     host_queue_sharpness: float  #: ``host_queue_sharpness``
+    frozen_base: bool = False  #: LoRA: base weights frozen, wgrad only for adapter GEMMs (:func:`_price`)
 
 
 def _fp8_attention(f) -> bool:
@@ -754,7 +812,8 @@ def _fp8_attention(f) -> bool:
 
 @memo(maxsize=4096)
 def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, etp: int, dispatcher: str,
-              backend: str | None, grad_accum_bytes: float, fp8_attention: bool = False) -> Rates:
+              backend: str | None, grad_accum_bytes: float, fp8_attention: bool = False, frozen_base: bool = False
+              ) -> Rates:
     """:class:`Rates` of a system, precision class and EP mesh / dispatcher under an efficiency set; read only.
     ``grad_accum_bytes``: read + write bytes per weight of the main-gradient accumulation (2 x the grad bytes of
     :func:`moetune.perfmodel.memory.state_bytes`); ``fp8_attention``: :func:`_fp8_attention` of the job."""
@@ -784,7 +843,7 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
         nvlink_a2a_gbs=system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
         launch_us=eff[f"launch_us.{cpu}"], quant_bytes=qb, ep_overlap_eff=eff["ep_overlap_eff"],
         grad_accum_bytes=grad_accum_bytes,
-        host_queue_sharpness=eff["host_queue_sharpness"],
+        host_queue_sharpness=eff["host_queue_sharpness"], frozen_base=frozen_base,
     )
 
 
@@ -866,13 +925,14 @@ class ComputeRates(NamedTuple):
     attn_eff: float
     quant_bytes: float
     grad_accum_bytes: float
+    frozen_base: bool = False  #: LoRA: the frozen base GEMMs (the output layer's too) skip wgrad
 
 
 @memo(maxsize=4096)
 def compute_rates(r: Rates) -> ComputeRates:
     """:class:`ComputeRates` of ``r`` (one instance per value of ``r`` while in the table)."""
     return ComputeRates(r.peak_bf16, r.peak_quant, r.eff_bf16, r.eff_quant, r.knee, r.hbm_gbs, r.hbm_eff,
-                        r.hbm_stream_eff, r.attn_eff, r.quant_bytes, r.grad_accum_bytes)
+                        r.hbm_stream_eff, r.attn_eff, r.quant_bytes, r.grad_accum_bytes, r.frozen_base)
 
 
 def _price_extra(extra: ExtraWork, r: Rates) -> tuple[float, float, float]:
@@ -936,7 +996,7 @@ def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: i
     recompute selection (:func:`_layer_prices`); read only."""
     consts = eff.constants
     r = _rates_of(sysm, eff, pcls, qb, ep, etp, feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend,
-                  grad_accum_bytes, _fp8_attention(feat))
+                  grad_accum_bytes, _fp8_attention(feat), feat.task == "lora")
     tp_busbw = C.bus_bandwidth(tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     cp_busbw = C.bus_bandwidth(cp, tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     n_sms = 0
@@ -1038,7 +1098,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             host_gap += host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e), sharp)
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
         partner = comp
-        if delay_wgrad:
+        if delay_wgrad and not r.frozen_base:  # LoRA's frozen experts have no wgrad to delay
             partner += exp_tot / 3.0  # expert wgrad moved behind the dispatch
         ep_exp = S.ep_exposed(a2a_tot, partner, m, overlap=ep_overlap, eff=r.ep_overlap_eff)
         if ep_overlap and sm_frac > 0:
@@ -1126,22 +1186,31 @@ def _step_host(prof: Profile, eff: Efficiency, r: Rates, opt_s: float) -> float:
     consts = eff.constants
     if not consts["param_tensors"]:
         return 0.0
-    sl, host_s = _step_launches(prof.job.model, tuple(prof.stages), prof.job.layout.ep, eff, r.launch_us)
+    f = prof.job.features
+    sl, host_s = _step_launches(prof.job.model, tuple(prof.stages), prof.job.layout.ep, eff, r.launch_us,
+                                tuple(f.lora_target_modules) if f.task == "lora" else None)
     return H.host_exposed(host_s, opt_s, r.host_queue_sharpness) + sl.syncs * consts["host_sync_us"] * 1e-6
 
 
 @memo(maxsize=16384)
-def _step_launches(model: ModelArch, stages: tuple[StageWork, ...], ep: int, eff: Efficiency, launch_us: float
-                   ) -> tuple[H.LayerLaunches, float]:
+def _step_launches(model: ModelArch, stages: tuple[StageWork, ...], ep: int, eff: Efficiency, launch_us: float,
+                   lora_targets: tuple[str, ...] | None = None) -> tuple[H.LayerLaunches, float]:
     """(launches, host seconds to issue them) of the once-per-step work of :func:`_step_host` on the rank with the
-    most parameter tensors (``eff.constants``: ``param_tensors``, ``kernels_per_layer``, ``graph_launch_us``)."""
+    most parameter tensors (``eff.constants``: ``param_tensors``, ``kernels_per_layer``, ``graph_launch_us``). Under
+    LoRA (``lora_targets``) the step walks the adapters' weights alone (``param_tensors.lora_adapter`` each)."""
     consts = eff.constants
     kern = consts["kernels_per_layer"]
     tensors = consts["param_tensors"]
     local = float(model.num_moe_experts or 1) / max(ep, 1)
-    n = max(H.param_tensors(st.layer_counts, local_experts=local, shared=bool(model.moe_shared_expert_intermediate_size),
-                            mla=model.multi_latent_attention, tensors=tensors)
-            for st in dict.fromkeys(stages))  # stages shared by object (identical work) counted once
+    if lora_targets is not None:
+        per = tensors.get("lora_adapter", 0.0)
+        n = max(sum(cnt * per * len(lora_adapters(model, key[0], key[1], lora_targets))
+                    for key, cnt in st.layer_counts.items()) for st in dict.fromkeys(stages))
+    else:
+        n = max(H.param_tensors(st.layer_counts, local_experts=local,
+                                shared=bool(model.moe_shared_expert_intermediate_size),
+                                mla=model.multi_latent_attention, tensors=tensors)
+                for st in dict.fromkeys(stages))  # stages shared by object (identical work) counted once
     sl = H.step_launches(n, kern)
     return sl, H.host_seconds(sl, launch_us=launch_us, graph_launch_us=consts["graph_launch_us"])
 
@@ -1155,7 +1224,9 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, per_mb_compute: 
     consts = eff.constants
     grad_b = float(grad_buffer_bytes(feat))
     param_b = 1.0 if (feat.fp8_param_gather and feat.precision in ("fp8_cs", "fp8_delayed")) else 2.0
-    st, edp, n_dense, rs, ag, buckets = _dp_collectives(tuple(prof.stages), job.gpus, job.layout, sysm.nvlink_domain,
+    lora = lora_rank_params(job)
+    stages = tuple(prof.stages) if lora is None else _trainable_stages(tuple(prof.stages), lora)
+    st, edp, n_dense, rs, ag, buckets = _dp_collectives(stages, job.gpus, job.layout, sysm.nvlink_domain,
                                                         r.nvlink_gbs, r.nic_gbs, grad_b, param_b,
                                                         consts["ddp_bucket_params"])
     if feat.use_megatron_fsdp:
@@ -1178,6 +1249,16 @@ def _dp_and_optimizer(prof: Profile, eff: Efficiency, r: Rates, per_mb_compute: 
     opt_params = st.dense_params / shard + st.expert_params / (max(edp, 1) if shard > 1 else 1)
     opt = opt_params * consts["optimizer_bytes_per_param"] / (r.hbm_gbs * 1e9 * r.hbm_eff)
     return dp_exp, opt
+
+
+@memo(maxsize=4096)
+def _trainable_stages(stages: tuple[StageWork, ...], lora: tuple[tuple[float, float], ...]) -> tuple[StageWork, ...]:
+    """The stages with their local params replaced by the trainable ones (LoRA adapters,
+    :func:`moetune.perfmodel.memory.lora_rank_params`): Megatron-Core DDP puts only ``requires_grad`` parameters in
+    its gradient / parameter buffers (``distributed_data_parallel.py``), so the gradient reduce-scatter, the
+    parameter all-gather and the optimizer step cover the adapters alone. One object per distinct input (the
+    :func:`_dp_collectives` memo compares stages by identity)."""
+    return tuple(replace(st, dense_params=d, expert_params=e) for st, (d, e) in zip(stages, lora, strict=True))
 
 
 @memo(maxsize=16384)

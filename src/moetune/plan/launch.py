@@ -48,8 +48,16 @@ def launch_for(job: Job) -> dict[str, Any]:
     args = config_to_megatron_args(cfg)
     env = feature_env(job)
     nodes = math.ceil(job.gpus / job.system.gpus_per_node)
+    notes = []
+    if job.features.task == "lora":
+        # Megatron-LM's pretrain_gpt.py has no PEFT: LoRA lives in Megatron-Bridge (megatron/bridge/peft/lora.py)
+        notes.append("Megatron-LM has no LoRA (PEFT is Megatron-Bridge's peft/lora.py): megatron_args would train "
+                     "every weight, not this job; launch it with Megatron-Bridge (the peft.* overrides)")
+    if tuning and job.features.task == "lora":
+        tuning += [o for o in overrides if o.startswith("peft.")]
     return {
         "recipe": recipe,
+        "notes": notes,
         "bridge_overrides": overrides,
         "bridge_overrides_tuning": tuning,
         "megatron_args": args,

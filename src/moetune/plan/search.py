@@ -111,6 +111,9 @@ class PlanRequest:
     #: stop at the first configuration that fits (layouts visited best-first by their variant floor): whether
     #: anything fits and an example, not the ranking (the "what would fit" suggestions)
     first_fit: bool = False
+    #: the training task's Features fields (:func:`moetune.io.load.task_updates`: ``task``, ``lora_dim``, ...), set on
+    #: the starting features of every precision (:func:`plan_starts`): a property of the job, never searched
+    task: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         """The Job field constraints (``gpus``, ``global_batch_size``, ``seq_length``, every MBS > 0), checked once
@@ -1185,7 +1188,12 @@ def plan_starts(req: PlanRequest) -> dict[str, Any]:
     """Per searched precision, the starting features (:func:`moetune.io.load.starting_features`)."""
     from moetune.io.load import starting_features
 
-    return {p: starting_features(req.model, req.system, req.gpus, p, req.recipe) for p in req.precisions}
+    starts = {p: starting_features(req.model, req.system, req.gpus, p, req.recipe) for p in req.precisions}
+    if req.task:
+        from dataclasses import replace
+
+        starts = {p: replace(st, features=st.features.model_copy(update=dict(req.task))) for p, st in starts.items()}
+    return starts
 
 
 def _workers(req: PlanRequest) -> int:

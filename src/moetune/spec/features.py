@@ -70,6 +70,12 @@ RecomputeModule = Literal[
 OffloadModule = Literal[
     "attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm", "expert_fc1", "moe_act", "fused_group_mlp"
 ]
+#: the linear layers a LoRA adapter can wrap (Megatron-Bridge ``peft/lora.py`` ``LoRA.target_modules``: the fused QKV
+#: projection, the attention output projection, the MLP / expert FC1 (fused gate+up) and FC2)
+LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+#: Bridge ``LoRA`` defaults (``peft/lora.py``: ``dim = 32``, ``alpha = 32``, every linear of the layer)
+LORA_DEFAULT_TARGETS: tuple[str, ...] = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+TrainingTask = Literal["pretrain", "sft", "lora"]
 CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"]
 
 
@@ -258,6 +264,23 @@ class Features(FrozenSpec):
     data_parallel_sharding_strategy: Literal["no_shard", "optim", "optim_grads", "optim_grads_params"] = Field(
         default="no_shard", description="What Megatron-FSDP shards over DP: nothing, optimizer state, + grads, + "
         "params. --data-parallel-sharding-strategy; Bridge ddp.data_parallel_sharding_strategy. Default no_shard.")
+
+    # --- training task (pre-training, full fine-tune, LoRA) -----------------------------------------------
+    task: TrainingTask = Field(
+        default="pretrain", description="What the job trains: 'pretrain' (every weight), 'sft' (full fine-tune: "
+        "every weight, priced as pre-training) or 'lora' (frozen base weights with low-rank adapters: the base "
+        "linears run forward and dgrad only and carry no main gradient or optimizer state, Megatron-Bridge "
+        "peft/lora.py). Bridge: a ``peft`` section (LoRA) or a finetune dataset; Megatron-LM has no LoRA. "
+        "Default pretrain.")
+    lora_dim: int = Field(
+        default=32, gt=0, description="LoRA rank r, a count (> 0): adapter A is in x r, B is r x out. Bridge "
+        "peft.dim. Default 32 (Bridge LoRA default; the Llama-3-70B perf recipes use 16).")
+    lora_alpha: int = Field(
+        default=32, gt=0, description="LoRA scaling alpha (output scaled by alpha / r; no effect on memory or "
+        "time). Bridge peft.alpha. Default 32.")
+    lora_target_modules: tuple[LoraTarget, ...] = Field(
+        default=LORA_DEFAULT_TARGETS, description="Linear layers that get a LoRA adapter. Bridge "
+        "peft.target_modules. Default every linear (linear_qkv, linear_proj, linear_fc1, linear_fc2).")
 
     # --- runtime environment --------------------------------------------------------------------------------
     expandable_segments: bool = Field(
