@@ -115,7 +115,7 @@ class Layout:
     """
 
     __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras", "bkeys",
-                 "ngroups", "const", "rx_const", "keys")
+                 "ngroups", "const", "rx_const", "keys", "scratch")
 
     def __init__(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         parts, mparts, bparts = [], [], []
@@ -125,6 +125,7 @@ class Layout:
         #: ``rx_bulk`` with those values matched literally (see :meth:`learn_constants`)
         self.const: dict[int, bytes] = {}
         self.rx_const: re.Pattern[bytes] | None = None
+        self.scratch = bulknum.Scratch()  # work arrays of the bulk conversion, reused run after run
         cols: list[tuple[str, Any]] = []  # per value group: (kind, arg)
         for j, k in enumerate(keys):
             kind, arg = specs[k]
@@ -345,7 +346,7 @@ def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
     except ValueError:
         return None
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
-    got = shape.columns(rows)
+    got = shape.columns(rows, lay.scratch)
     rest = None
     if got is None:
         if splits <= 0:
@@ -354,7 +355,7 @@ def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
         b = int(np.argmax(bad)) if bad.any() else 0
         if b < 1:  # (also: an exponent sign that is neither "+" nor "-")
             return None
-        got = shape.columns(rows[:b])
+        got = shape.columns(rows[:b], lay.scratch)
         if got is None:
             return None
         tail = text[b * (width + 1):]
