@@ -332,25 +332,6 @@ def _swar(at: _Gathered | _Strided, ln: np.ndarray | int, n: int, fmt: NumberFor
 
 
 # ------------------------------------------------------------------ one shape: every value's digits at fixed columns
-class Scratch:
-    """Work arrays :meth:`Shape.columns` reuses from chunk to chunk of one read (grown when a chunk needs more): the
-    gathered digit bytes and their float64 copy are megabytes per chunk, and fresh ones each time cost the kernel a
-    page fault per 4 KiB (about a sixth of the read's CPU time on the bench's realistic log)."""
-
-    __slots__ = ("u8", "f64")
-
-    def __init__(self) -> None:
-        self.u8 = np.empty(0, dtype=np.uint8)
-        self.f64 = np.empty(0, dtype=np.float64)
-
-    def arrays(self, n: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """A C-contiguous (n, k) uint8 array and a C-contiguous (k, n) float64 array (contents undefined)."""
-        if self.u8.size < n * k:
-            self.u8 = np.empty(n * k, dtype=np.uint8)
-            self.f64 = np.empty(n * k, dtype=np.float64)
-        return self.u8[:n * k].reshape(n, k), self.f64[:n * k].reshape(k, n)
-
-
 class Shape:
     """The digit layout of a template line (lines of one length): which columns may hold any digit, which must equal
     the template byte, and how the digits of each converted value combine (a row of ``weights`` per value).
@@ -420,28 +401,21 @@ class Shape:
         self.plain = np.array([i for i in range(len(spans)) if i not in {e[0] for e in self.exp_fields}],
                               dtype=np.intp)
 
-    def columns(self, rows: np.ndarray, scratch: Scratch | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    def columns(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The converted values of ``rows`` ((n, width) uint8, each a line), one column per span, and the rows whose
         values the fast path converts (the others: exponent out of range, see module docstring); None unless every
-        row is of the shape (its template bytes, digits where the template's spans have digits). ``scratch``: work
-        arrays to reuse (the same values either way)."""
+        row is of the shape (its template bytes, digits where the template's spans have digits)."""
         # a column's smallest and largest byte over the rows (no temporary the size of the rows)
         if (rows.min(axis=0) < self.lo).any() or (rows.max(axis=0) > self.hi).any():
             return None
         for _, _, sign in self.exp_fields:
             if sign is not None and (rows[:, sign] == 44).any():
                 return None
-        if scratch is None:
-            digits = np.ascontiguousarray((rows[:, self.digit_cols] - np.uint8(48)).T, dtype=np.float64)
-        else:  # the same digits, gathered into reused arrays
-            u8, digits = scratch.arrays(len(rows), len(self.digit_cols))
-            np.take(rows, self.digit_cols, axis=1, out=u8)
-            u8 -= np.uint8(48)
-            np.copyto(digits, u8.T)
+        digits = np.ascontiguousarray((rows[:, self.digit_cols] - np.uint8(48)).T, dtype=np.float64)
         # each value's digits times their place values: integers below 2**53, exact in any summation order
         m = [w @ digits[lo:hi] for lo, hi, w in self.weights]
         k = len(self.frac)
-        out = np.empty((len(rows), k))
+        out = np.empty((k, len(rows))).T  # column-major: each value's column contiguous
         ok = np.ones(len(rows), dtype=bool)
         for i in self.plain.tolist():
             f = int(self.frac[i])

@@ -87,8 +87,9 @@ class Const(tuple):
 def parse_columns(cols: list[Sequence[bytes]], k: int) -> np.ndarray:
     """float() of every captured value, column by column (``k`` values each); a column whose values repeat (batch
     size, loss scale, skipped/NaN counters) converts each distinct value once; a :class:`Const` column is converted
-    once and a float64 array is taken as it is. Raises ValueError on an unparsable value."""
-    out = np.empty((k, len(cols)))
+    once and a float64 array is taken as it is. Raises ValueError on an unparsable value. The (k, columns) result
+    is column-major (each column contiguous: it is written, and later stored, column by column)."""
+    out = np.empty((len(cols), k)).T
     for j, col in enumerate(cols):
         if type(col) is Const:
             out[:, j] = float(col[0])
@@ -115,7 +116,7 @@ class Layout:
     """
 
     __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras", "bkeys",
-                 "ngroups", "const", "rx_const", "keys", "scratch")
+                 "ngroups", "const", "rx_const", "keys")
 
     def __init__(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         parts, mparts, bparts = [], [], []
@@ -125,7 +126,6 @@ class Layout:
         #: ``rx_bulk`` with those values matched literally (see :meth:`learn_constants`)
         self.const: dict[int, bytes] = {}
         self.rx_const: re.Pattern[bytes] | None = None
-        self.scratch = bulknum.Scratch()  # work arrays of the bulk conversion, reused run after run
         cols: list[tuple[str, Any]] = []  # per value group: (kind, arg)
         for j, k in enumerate(keys):
             kind, arg = specs[k]
@@ -346,7 +346,7 @@ def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
     except ValueError:
         return None
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
-    got = shape.columns(rows, lay.scratch)
+    got = shape.columns(rows)
     rest = None
     if got is None:
         if splits <= 0:
@@ -355,7 +355,7 @@ def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
         b = int(np.argmax(bad)) if bad.any() else 0
         if b < 1:  # (also: an exponent sign that is neither "+" nor "-")
             return None
-        got = shape.columns(rows[:b], lay.scratch)
+        got = shape.columns(rows[:b])
         if got is None:
             return None
         tail = text[b * (width + 1):]
@@ -830,8 +830,9 @@ class BulkIterations:
             arr = parse_columns(cols, k)
         except ValueError:  # a value with blanks inside or an unparsable value: convert one by one
             arr = np.array([[num(x) for x in col] for col in cols], dtype=np.float64).T.reshape(k, len(cols))
-        arr = np.concatenate([arr, np.full((k, 1), np.nan)], axis=1)
-        block = arr[:, lay.perm]
+        arr_t = np.concatenate([arr.T, np.full((1, k), np.nan)])  # column-major: one row per column
+        block = arr_t[lay.perm].T  # (k, NCOL), column-major (IterationTable stores it column by column)
+        arr = arr_t.T
         if lay.scale != 1.0:
             block[:, C_ELAPSED] *= lay.scale
         if lay.gn_idx >= 0:
