@@ -561,7 +561,7 @@ class BulkIterations:
             block, extras = self._block(lay, cols, lines if len(lines) == len(cols[0]) else np.zeros(len(cols[0])))
             if len(lines) < len(block):
                 ix = np.concatenate([np.arange(x, y) for x, y in kept])
-                block = block[ix]
+                block = np.take(block.T, ix, axis=1).T  # (those rows, column-major kept)
                 block[:, C_LINE] = lines
                 extras = {name: v[ix] for name, v in extras.items()}
             self.blocks.append((block, extras))
@@ -762,7 +762,7 @@ class BulkIterations:
             at = block[:, C_LINE]
             if (at[1:] < at[:-1]).any():  # not in line order already (a stable sort of sorted rows is the identity)
                 order = np.argsort(at, kind="stable")
-                block = block[order]
+                block = np.take(block.T, order, axis=1).T  # (the rows reordered, column-major kept)
                 extras = {key: v[order] for key, v in extras.items()}
         self.parser.rec.iterations.extend_block(block, extras)
 
