@@ -72,6 +72,9 @@ MAX_CHATTER_LINES = 4096
 _BULK_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_norm", "skipped", "nan", "lr",
                            "num_zeros", "consumed_samples"})
 _IDX = IterationTable.INDEX
+#: templates whose bulknum.Shape a layout remembers (cleared when full)
+MAX_SHAPES = 256
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 
 class Const(tuple):
@@ -116,7 +119,7 @@ class Layout:
     """
 
     __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras", "bkeys",
-                 "ngroups", "const", "rx_const", "keys")
+                 "ngroups", "const", "rx_const", "keys", "shapes")
 
     def __init__(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         parts, mparts, bparts = [], [], []
@@ -126,6 +129,8 @@ class Layout:
         #: ``rx_bulk`` with those values matched literally (see :meth:`learn_constants`)
         self.const: dict[int, bytes] = {}
         self.rx_const: re.Pattern[bytes] | None = None
+        #: the bulknum.Shape of each template seen (False: none), see _shape_columns
+        self.shapes: dict[tuple, bulknum.Shape | bool] = {}
         cols: list[tuple[str, Any]] = []  # per value group: (kind, arg)
         for j, k in enumerate(keys):
             kind, arg = specs[k]
@@ -341,9 +346,20 @@ def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
         if line0[tp[j] + 1:tp[j] + 1 + len(key)] != key:
             return None
         (spans if needed else free).append((tp[j] + 1 + len(key), tp[j + 1]))
-    try:
-        shape = bulknum.Shape(line0, spans, free)
-    except ValueError:
+    # A Shape depends on the template's bytes with the digits of its spans and free ranges masked, and on those
+    # ranges; the only other digits of a line of this layout are in its keys (checked equal above), so within the
+    # layout the template with every digit masked names its Shape (runs of one log mostly share a few).
+    key = (line0.translate(_DIGITS_TO_ZERO), tuple(spans), tuple(free))
+    shape = lay.shapes.get(key)
+    if shape is None:
+        try:
+            shape = bulknum.Shape(line0, spans, free)
+        except ValueError:
+            shape = False
+        if len(lay.shapes) >= MAX_SHAPES:
+            lay.shapes.clear()
+        lay.shapes[key] = shape
+    if shape is False:
         return None
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
     got = shape.columns(rows)
