@@ -71,12 +71,20 @@ def _last_finite_ref(x):
     return float(x[fin][-1]) if fin.any() else None
 
 
+def _split_medians_ref(x):
+    left, right = np.full(len(x), np.nan), np.full(len(x), np.nan)
+    for j in range(1, len(x)):
+        left[j], right[j] = np.median(x[:j]), np.median(x[j:])
+    return left, right
+
+
 def _reference_paths(monkeypatch) -> None:
     # every column decoded afresh on each access, nothing remembered between summary and diagnosis
     monkeypatch.setattr(IterationTable, "decoded", lambda self: contextlib.nullcontext(self))
     monkeypatch.setattr(IterationTable, "memo", lambda self, key, compute: compute())
     monkeypatch.setattr(steady, "median_and_ci", _median_and_ci_ref)
     monkeypatch.setattr(steady, "last_finite", _last_finite_ref)
+    monkeypatch.setattr(steady, "split_medians", _split_medians_ref)
     monkeypatch.setattr(diagnose, "loss_spikes", functools.partial(diagnose.loss_spikes, prefilter=False))
     monkeypatch.setattr(steady, "block_medians", _block_medians_ref)
     monkeypatch.setattr(steady, "nan_as_zero", lambda x: np.nan_to_num(x, nan=0.0))
@@ -181,6 +189,15 @@ def test_median_and_ci_is_np_median_and_median_ci(vals):
     assert np.float64(med).tobytes() == np.float64(ref_med).tobytes() or math.isnan(med)
     assert ci == ref_ci or (ci is not None and ref_ci is not None and
                             np.array(ci).tobytes() == np.array(ref_ci).tobytes())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5]),
+                          st.sampled_from([np.nan, np.inf])), min_size=0, max_size=220))
+def test_split_medians_are_the_prefix_and_suffix_medians(vals):
+    x = np.array(vals, dtype=np.float64)
+    got, ref = steady.split_medians(x), _split_medians_ref(x)
+    assert got[0].tobytes() == ref[0].tobytes() and got[1].tobytes() == ref[1].tobytes()
 
 
 @settings(max_examples=60, deadline=None)

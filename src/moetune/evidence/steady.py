@@ -144,6 +144,29 @@ def block_medians(x: np.ndarray, edges: np.ndarray, group: int = 32) -> np.ndarr
     return out
 
 
+def split_medians(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(left, right)`` with ``left[j] = np.median(x[:j])`` and ``right[j] = np.median(x[j:])`` for ``0 < j <
+    len(x)`` (index 0 unused), for a short ``x`` (the <= ``SHIFT_MAX_BLOCKS`` values :func:`_shift` scans): every
+    prefix sorted at once (one row per prefix, padded with +inf) and its middle order statistics taken as
+    ``np.median`` takes them (the middle one for an odd count, ``(a + b) / 2`` of the two middle ones for an even
+    count); suffixes the same on the reversed values. Non-finite data: one ``np.median`` per split."""
+    m = len(x)
+    left, right = np.full(m, np.nan), np.full(m, np.nan)
+    if m < 2:
+        return left, right
+    if not np.isfinite(x).all():
+        for j in range(1, m):
+            left[j], right[j] = np.median(x[:j]), np.median(x[j:])
+        return left, right
+    cols = np.arange(m)
+    for out, vals, size in ((left, x, cols[1:]), (right, x[::-1], m - cols[1:])):
+        s = np.sort(np.where(cols[None, :] < size[:, None], vals[None, :], np.inf), axis=1)
+        rows = np.arange(m - 1)
+        a, b = s[rows, (size - 1) // 2], s[rows, size // 2]
+        out[1:] = np.where(size % 2 == 1, a, (a + b) / 2)
+    return left, right
+
+
 def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
     """Best single split of ``times`` by median ratio; returns (split index, ratio, p) when significant.
 
@@ -162,12 +185,10 @@ def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
         cand = list(range(SHIFT_MIN_SIDE, n - SHIFT_MIN_SIDE + 1))
         bmed, pos = None, None
     best: tuple[int, float] | None = None
+    sides = split_medians(bmed if bmed is not None else times)
     for k in cand:
-        if bmed is not None:
-            j = pos[k]
-            left, right = np.median(bmed[:j]), np.median(bmed[j:])
-        else:
-            left, right = np.median(times[:k]), np.median(times[k:])
+        j = pos[k] if pos is not None else k
+        left, right = sides[0][j], sides[1][j]
         if left <= 0 or right <= 0:
             continue
         score = abs(math.log(right / left))
