@@ -11,7 +11,9 @@ with spikes, shifts, NaNs, skipped iterations and restarts.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
 import random
 
 import numpy as np
@@ -21,7 +23,7 @@ from hypothesis import strategies as st
 
 from conftest import DATA
 from moetune.evidence import diagnose, steady
-from moetune.evidence.logs import columns, read_run
+from moetune.evidence.logs import IterationTable, RunRecord, columns, read_run
 from moetune.output import to_json_bytes
 
 LOG_FILES = sorted((DATA / "logs").glob("*.txt")) + sorted((DATA / "megatron_golden").glob("*golden*.json"))
@@ -60,7 +62,29 @@ def _log_interval_ref(rec, it=None):
     return int(np.median(d)) if len(d) else 1
 
 
+def _median_and_ci_ref(x):
+    return float(np.median(x)), steady.median_ci(x)
+
+
+def _last_finite_ref(x):
+    fin = np.isfinite(x)
+    return float(x[fin][-1]) if fin.any() else None
+
+
+def _split_medians_ref(x):
+    left, right = np.full(len(x), np.nan), np.full(len(x), np.nan)
+    for j in range(1, len(x)):
+        left[j], right[j] = np.median(x[:j]), np.median(x[j:])
+    return left, right
+
+
 def _reference_paths(monkeypatch) -> None:
+    # every column decoded afresh on each access, nothing remembered between summary and diagnosis
+    monkeypatch.setattr(IterationTable, "decoded", lambda self: contextlib.nullcontext(self))
+    monkeypatch.setattr(IterationTable, "memo", lambda self, key, compute: compute())
+    monkeypatch.setattr(steady, "median_and_ci", _median_and_ci_ref)
+    monkeypatch.setattr(steady, "last_finite", _last_finite_ref)
+    monkeypatch.setattr(steady, "split_medians", _split_medians_ref)
     monkeypatch.setattr(diagnose, "loss_spikes", functools.partial(diagnose.loss_spikes, prefilter=False))
     monkeypatch.setattr(steady, "block_medians", _block_medians_ref)
     monkeypatch.setattr(steady, "nan_as_zero", lambda x: np.nan_to_num(x, nan=0.0))
@@ -69,11 +93,14 @@ def _reference_paths(monkeypatch) -> None:
     monkeypatch.setattr(columns.PackedColumn, "values", _values_ref)
 
 
-def _outputs(path) -> tuple[bytes, bytes]:
+def _outputs(path) -> tuple[bytes, bytes, bytes]:
     rec = read_run(path)
     logs = to_json_bytes({"runs": [steady.summarize_run(rec)], "without_iterations": []}) if rec.has_iterations \
         else b""
-    return logs, to_json_bytes({"findings": diagnose.diagnose_run(rec)})
+    findings = to_json_bytes({"findings": diagnose.diagnose_run(rec)})
+    # diagnosis first, on a record of its own (what `moetune diagnose` does)
+    alone = to_json_bytes({"findings": diagnose.diagnose_run(read_run(path))})
+    return logs, findings, alone
 
 
 def _same_outputs(path, monkeypatch) -> None:
@@ -149,6 +176,80 @@ def test_packed_values_decode_in_place(seed):
         col.extend(np.concatenate([a, a[:100]]))
         kinds = {t[0] for t in col._chunks}
         assert col.values().tobytes() == _values_ref(col).tobytes(), kinds
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.floats(0, 100, allow_nan=False), st.sampled_from([1.0, 2.0, 2.5]),
+                          st.sampled_from([np.nan, np.inf, -np.inf])), min_size=1, max_size=2500))
+def test_median_and_ci_is_np_median_and_median_ci(vals):
+    x = np.array(vals)
+    med, ci = steady.median_and_ci(x)
+    ref_med, ref_ci = _median_and_ci_ref(x)
+    assert (math.isnan(med) and math.isnan(ref_med)) or med == ref_med
+    assert np.float64(med).tobytes() == np.float64(ref_med).tobytes() or math.isnan(med)
+    assert ci == ref_ci or (ci is not None and ref_ci is not None and
+                            np.array(ci).tobytes() == np.array(ref_ci).tobytes())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.one_of(st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, 2.5]),
+                          st.sampled_from([np.nan, np.inf])), min_size=0, max_size=220))
+def test_split_medians_are_the_prefix_and_suffix_medians(vals):
+    x = np.array(vals, dtype=np.float64)
+    got, ref = steady.split_medians(x), _split_medians_ref(x)
+    assert got[0].tobytes() == ref[0].tobytes() and got[1].tobytes() == ref[1].tobytes()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.just(np.nan)), max_size=60))
+def test_last_finite(vals):
+    x = np.array(vals, dtype=np.float64)
+    assert steady.last_finite(x) == _last_finite_ref(x)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_packed_constant_reads_the_headers(seed):
+    rng = np.random.default_rng(seed)
+    for a in [*_chunks_of_every_encoding(rng), np.full(columns.CHUNK, -0.0), np.zeros(3)]:
+        for tail in (a[:0], a[:100], np.full(5, a[0]), np.array([a[0], 0.5])):
+            col = columns.PackedColumn()
+            col.extend(np.concatenate([a, a, tail]))
+            bits = col.values().view(np.uint64)
+            got = col.constant()
+            if (bits == bits[0]).all():
+                assert np.float64(got).tobytes() == col.values()[:1].tobytes()
+            else:
+                assert got is None
+    assert columns.PackedColumn().constant() is None
+
+
+def test_decoded_columns_are_shared_read_only_and_dropped_on_change():
+    rec = read_run(DATA / "logs" / "log_iteration_1.txt")
+    tab = rec.iterations
+    with tab.decoded():
+        t = tab.col("elapsed_s")
+        flags = tab.col("segment")  # one value on every row: broadcast
+        assert tab.col("elapsed_s") is t and not t.flags.writeable and not flags.flags.writeable
+        assert flags.strides == (0,)
+        with pytest.raises(ValueError):
+            t[0] = 1.0
+        assert t.tobytes() == tab._col("elapsed_s").tobytes()
+        assert np.asarray(flags).tobytes() == tab._col("segment").tobytes()
+        tab.set_col("elapsed_s", tab._col("elapsed_s") * 2)  # a change drops what was decoded
+        assert tab.col("elapsed_s").tobytes() == (t * 2).tobytes()
+    assert tab.col("elapsed_s").flags.writeable  # outside the block: a fresh copy
+
+
+def test_memo_is_dropped_when_rows_change():
+    rec = RunRecord(path="x")
+    for i in range(1, 9):
+        rec.iterations.append({"iteration": float(i), "elapsed_s": 1.0, "loss": 2.0, "loss_missing": 0.0})
+    assert steady.loss_health(rec)["nan_iteration_count"] == 0
+    h = steady.loss_health(rec)
+    h["nan_iterations"].append(99)  # the caller's copy
+    assert steady.loss_health(rec)["nan_iterations"] == []
+    rec.iterations.append({"iteration": 9.0, "elapsed_s": 1.0, "loss": np.nan, "loss_missing": 0.0, "nan": 1.0})
+    assert steady.loss_health(rec)["nan_iteration_count"] == 1
 
 
 def test_log_interval_constant_step():

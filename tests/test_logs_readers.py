@@ -537,3 +537,16 @@ def test_bare_bridge_print_yaml_dump(tmp_path):
         assert rec.config["model.expert_model_parallel_size"] == 64, name
         assert rec.config["model.cuda_graph_scope"] == ["attn"] and rec.config["train.global_batch_size"] == 8192
         assert len(rec.iterations) == 1 and rec.source == "megatron-bridge"
+
+
+def test_allocator_thresholds_set_once_and_not_over_the_users(monkeypatch):
+    from moetune.evidence.logs import alloc
+
+    monkeypatch.setattr(alloc, "_done", False)
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "131072")
+    assert alloc.settle_thresholds() is False and alloc._done  # the user's setting stands
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_")
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setattr(alloc, "_done", False)
+    assert alloc.settle_thresholds() is alloc._glibc()  # (the values glibc's own adjustment reaches; harmless to repeat)
+    assert alloc.settle_thresholds() is False  # once per process

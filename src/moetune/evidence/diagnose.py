@@ -34,7 +34,7 @@ import numpy as np
 
 from moetune.evidence.logs import RunRecord, Signal, read_run
 from moetune.evidence.logs.model import FLAG_PROFILED
-from moetune.evidence.steady import loss_health, nan_as_zero, steady_window
+from moetune.evidence.steady import detected_level_shift, loss_health, nan_as_zero
 
 KINDS = (
     "oom",
@@ -774,8 +774,7 @@ def _timing_findings(rec: RunRecord, health: dict[str, Any] | None = None) -> li
     out = []
     tab = rec.iterations
     if len(tab):
-        w = steady_window(rec)
-        ls = w.level_shift
+        ls = detected_level_shift(rec)
         if ls and ls["ratio"] > 1:
             it = tab.col("iteration")
             t = tab.col("elapsed_s")
@@ -862,6 +861,11 @@ def _skipped_findings(rec: RunRecord) -> list[Finding]:
 
 def diagnose_run(rec: RunRecord) -> list[Finding]:
     """All findings for one run record, most severe first."""
+    with rec.iterations.decoded(), rec.step_time.decoded():
+        return _diagnose(rec)
+
+
+def _diagnose(rec: RunRecord) -> list[Finding]:
     used: set[int] = set()
     findings: list[Finding] = []
     findings += _oom_findings(rec)

@@ -23,6 +23,7 @@ interval of the mean (``numpy``, fixed seed).
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
@@ -115,7 +116,9 @@ def log_interval(rec: RunRecord, it: np.ndarray | None = None) -> int:
     if len(it) < 2:
         return int(rec.meta.get("log_interval", 1))
     d = np.diff(it)
-    d = d[d > 0]
+    pos = d > 0
+    if not pos.all():
+        d = d[pos]
     if not len(d):
         return 1
     lo = d.min()
@@ -141,6 +144,29 @@ def block_medians(x: np.ndarray, edges: np.ndarray, group: int = 32) -> np.ndarr
     return out
 
 
+def split_medians(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(left, right)`` with ``left[j] = np.median(x[:j])`` and ``right[j] = np.median(x[j:])`` for ``0 < j <
+    len(x)`` (index 0 unused), for a short ``x`` (the <= ``SHIFT_MAX_BLOCKS`` values :func:`_shift` scans): every
+    prefix sorted at once (one row per prefix, padded with +inf) and its middle order statistics taken as
+    ``np.median`` takes them (the middle one for an odd count, ``(a + b) / 2`` of the two middle ones for an even
+    count); suffixes the same on the reversed values. Non-finite data: one ``np.median`` per split."""
+    m = len(x)
+    left, right = np.full(m, np.nan), np.full(m, np.nan)
+    if m < 2:
+        return left, right
+    if not np.isfinite(x).all():
+        for j in range(1, m):
+            left[j], right[j] = np.median(x[:j]), np.median(x[j:])
+        return left, right
+    cols = np.arange(m)
+    for out, vals, size in ((left, x, cols[1:]), (right, x[::-1], m - cols[1:])):
+        s = np.sort(np.where(cols[None, :] < size[:, None], vals[None, :], np.inf), axis=1)
+        rows = np.arange(m - 1)
+        a, b = s[rows, (size - 1) // 2], s[rows, size // 2]
+        out[1:] = np.where(size % 2 == 1, a, (a + b) / 2)
+    return left, right
+
+
 def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
     """Best single split of ``times`` by median ratio; returns (split index, ratio, p) when significant.
 
@@ -159,12 +185,10 @@ def _shift(times: np.ndarray) -> tuple[int, float, float] | None:
         cand = list(range(SHIFT_MIN_SIDE, n - SHIFT_MIN_SIDE + 1))
         bmed, pos = None, None
     best: tuple[int, float] | None = None
+    sides = split_medians(bmed if bmed is not None else times)
     for k in cand:
-        if bmed is not None:
-            j = pos[k]
-            left, right = np.median(bmed[:j]), np.median(bmed[j:])
-        else:
-            left, right = np.median(times[:k]), np.median(times[k:])
+        j = pos[k] if pos is not None else k
+        left, right = sides[0][j], sides[1][j]
         if left <= 0 or right <= 0:
             continue
         score = abs(math.log(right / left))
@@ -271,6 +295,8 @@ def steady_window(rec: RunRecord, window: tuple[int, int] | None = None, *, stri
             m = np.zeros(n, dtype=bool)
             m[other] = True
             drop(m, 11)
+    if window is None:
+        tab.memo(("level_shift", rec.source), lambda: dict(shift) if shift else None)
     dropped = np.flatnonzero(reason >= 0)
     excluded = [{"iteration": int(it[i]), "reason": _REASONS[reason[i]]} for i in dropped[:MAX_EXCLUDED_LISTED]]
     codes, counts = np.unique(reason[dropped], return_counts=True)
@@ -278,6 +304,13 @@ def steady_window(rec: RunRecord, window: tuple[int, int] | None = None, *, stri
     w = Window(idx, it[idx], t[idx], "declared" if window else "detected", excluded, shift)
     w.excluded_counts = {_REASONS[c]: int(k) for c, k in zip(codes, counts, strict=True)}
     return w
+
+
+def detected_level_shift(rec: RunRecord) -> dict[str, Any] | None:
+    """The level shift :func:`steady_window` detects in ``rec`` (no declared window), or None; remembered on the
+    iteration table until its rows change, so the summary and the diagnosis of one record scan once."""
+    ls = rec.iterations.memo(("level_shift", rec.source), lambda: steady_window(rec).level_shift)
+    return dict(ls) if ls else None
 
 
 def _binom_half_cdf(n: int) -> np.ndarray:
@@ -292,7 +325,16 @@ def median_ci(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, flo
     The interval is [x_(l), x_(u)] with l the α/2 quantile of Binomial(n, ½) (0-based index l-1) and u its upper
     counterpart (exact for n <= ``MEDIAN_CI_EXACT_MAX``, normal approximation n/2 ± z·√n/2 above).
     """
-    n = len(x)
+    ranks = _median_ci_ranks(len(x), confidence)
+    if ranks is None:
+        return None
+    lo, hi = ranks
+    s = np.partition(x, [lo, hi])  # the two order statistics, as a full sort places them
+    return float(s[lo]), float(s[hi])
+
+
+def _median_ci_ranks(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
+    """The 0-based ranks of the order statistics that bound :func:`median_ci` (None below 3 samples)."""
     if n < 3:
         return None
     alpha = 1 - confidence
@@ -304,10 +346,23 @@ def median_ci(x: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, flo
         z = NormalDist().inv_cdf(1 - alpha / 2)
         lo = int(math.floor(n / 2 - z * math.sqrt(n) / 2))
         hi = int(math.ceil(n / 2 + z * math.sqrt(n) / 2))
-    lo = max(lo - 1, 0)
-    hi = min(hi, n - 1)
-    s = np.partition(x, [lo, hi])  # the two order statistics, as a full sort places them
-    return float(s[lo]), float(s[hi])
+    return max(lo - 1, 0), min(hi, n - 1)
+
+
+def median_and_ci(x: np.ndarray) -> tuple[float, tuple[float, float] | None]:
+    """``(np.median(x), median_ci(x))`` from one ``np.partition`` of ``x``: the order statistics ``np.median``
+    averages (``(a + b) / 2`` for an even count, as its mean of the two middle values), the two that bound the CI and
+    the largest (NaN sorts last: ``np.median`` of data with a NaN is NaN). Order statistics are values of the data,
+    the same whichever partition places them."""
+    n = len(x)
+    ranks = _median_ci_ranks(n)
+    mid = [n // 2 - 1, n // 2] if n % 2 == 0 else [n // 2]
+    s = np.partition(x, sorted({*mid, *(ranks or ()), n - 1}))
+    if np.isnan(s[n - 1]):
+        med = math.nan
+    else:
+        med = float(s[mid[0]]) if len(mid) == 1 else float((s[mid[0]] + s[mid[1]]) / 2)
+    return med, (float(s[ranks[0]]), float(s[ranks[1]])) if ranks else None
 
 
 def bootstrap_ci(x: np.ndarray, stat=np.mean, confidence: float = CONFIDENCE,
@@ -365,10 +420,10 @@ def _stats(x: np.ndarray) -> dict[str, Any]:
     if len(x) == 0:
         return {"median": None, "mean": None, "ci": None, "mean_ci": None, "min": None, "max": None, "n": 0,
                 "cv": None}
-    ci = median_ci(x)
+    med, ci = median_and_ci(x)
     mci = bootstrap_ci(x)
     mean = float(np.mean(x))
-    return {"median": float(np.median(x)), "mean": mean, "ci": list(ci) if ci else None,
+    return {"median": med, "mean": mean, "ci": list(ci) if ci else None,
             "mean_ci": list(mci) if mci else None, "min": float(np.min(x)), "max": float(np.max(x)), "n": int(len(x)),
             "cv": float(np.std(x) / mean) if len(x) > 1 and mean > 0 else None}
 
@@ -376,7 +431,12 @@ def _stats(x: np.ndarray) -> dict[str, Any]:
 def loss_health(rec: RunRecord) -> dict[str, Any]:
     """Finite loss, NaN iterations (also from missing loss fields or a non-finite grad norm when Megatron's counters
     stay 0: ``training_log`` prints a loss key only when its interval average is > 0, which NaN is not) and skipped
-    iterations (the per-interval counter summed)."""
+    iterations (the per-interval counter summed). Remembered on the iteration table until its rows change (a copy is
+    returned)."""
+    return copy.deepcopy(rec.iterations.memo(("loss_health", rec.source), lambda: _loss_health(rec)))
+
+
+def _loss_health(rec: RunRecord) -> dict[str, Any]:
     tab = rec.iterations
     if not len(tab):
         return {"finite": None, "nan_iterations": [], "skipped_iterations": 0}
@@ -403,7 +463,7 @@ def loss_health(rec: RunRecord) -> dict[str, Any]:
         reasons.append("loss field missing with no skipped iteration (Megatron omits NaN losses)")
     if gn_bad.any():
         reasons.append("grad norm nan/inf")
-    fl = loss[finite]
+    fl = loss if finite.all() else loss[finite]
     return {
         "finite": not nan_iters,
         "nan_iterations": nan_iters,
@@ -416,9 +476,17 @@ def loss_health(rec: RunRecord) -> dict[str, Any]:
         "last": float(fl[-1]) if len(fl) else None,
         "min": float(fl.min()) if len(fl) else None,
         "loss_scale_last": float(tab.last("loss_scale")) if math.isfinite(tab.last("loss_scale")) else None,
-        "extra_losses": {k: float(v[np.isfinite(v)][-1]) for k, v in
-                         ((k, tab.col(k)) for k in tab.extra_losses) if np.isfinite(v).any()},
+        "extra_losses": {k: v for k, v in ((k, last_finite(tab.col(k))) for k in tab.extra_losses) if v is not None},
     }
+
+
+def last_finite(x: np.ndarray) -> float | None:
+    """The last finite value of ``x`` (``x[np.isfinite(x)][-1]`` without the copy: ``argmax`` of the reversed
+    finite mask stops at its first True), None when there is none."""
+    fin = np.isfinite(x)
+    if not fin.any():
+        return None
+    return float(x[len(x) - 1 - int(np.argmax(fin[::-1]))])
 
 
 def memory_summary(rec: RunRecord) -> dict[str, Any]:
@@ -466,6 +534,12 @@ def summarize_run(rec: RunRecord, window: tuple[int, int] | str | None = None, *
     """Summarise one run over its steady window (declared ``window`` or detected; see :func:`steady_window`)."""
     if isinstance(window, str):
         window = parse_window(window)
+    with rec.iterations.decoded(), rec.step_time.decoded():
+        return _summarize(rec, window, gpus, seq_length, strict_window)
+
+
+def _summarize(rec: RunRecord, window: tuple[int, int] | None, gpus: int | None, seq_length: int | None,
+               strict_window: bool) -> RunSummary:
     w = steady_window(rec, window, strict=strict_window)
     tab = rec.iterations
     notes: list[str] = []

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from moetune.errors import InputError
+from moetune.evidence.logs.alloc import settle_thresholds
 from moetune.evidence.logs.golden import read_golden_path
 from moetune.evidence.logs.model import (
     FLAG_NAMES,
@@ -69,6 +70,7 @@ def read_run(path: str | Path) -> RunRecord:
         head = f.read(256).lstrip()
     if p.suffix.lower() == ".json" or head.startswith(b"{"):
         return read_golden_path(p)
+    settle_thresholds()  # the C allocator keeps the chunks' temporaries instead of faulting fresh pages (alloc.py)
     rec = read_text_log(p)
     if rec.recognised_lines == 0:
         raise InputError(f"{p}: no training-log lines recognised (expected Megatron-LM / Megatron-Bridge / NeMo log "

@@ -415,7 +415,7 @@ class Shape:
         # each value's digits times their place values: integers below 2**53, exact in any summation order
         m = [w @ digits[lo:hi] for lo, hi, w in self.weights]
         k = len(self.frac)
-        out = np.empty((len(rows), k))
+        out = np.empty((k, len(rows))).T  # column-major: each value's column contiguous
         ok = np.ones(len(rows), dtype=bool)
         for i in self.plain.tolist():
             f = int(self.frac[i])

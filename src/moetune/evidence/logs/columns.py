@@ -231,6 +231,26 @@ class PackedColumn:
             out[self._sealed:] = np.frombuffer(self._tail, dtype=np.float64)
         return out
 
+    def constant(self) -> float | None:
+        """The one value every element holds (same bits) when the column is all one value (every sealed chunk a
+        ``c`` chunk of it, the tail too), else None; empty -> None. Reads the chunk headers only."""
+        if not len(self):
+            return None
+        first = self._chunks[0] if self._chunks else None
+        if first is not None:
+            if first[0] != "c":
+                return None
+            value = first[2]
+        else:
+            value = self._tail[0]
+        bits = np.float64(value).view(np.uint64)
+        for t in self._chunks:
+            if t[0] != "c" or np.float64(t[2]).view(np.uint64) != bits:
+                return None
+        if self._tail and not (np.frombuffer(self._tail, dtype=np.uint64) == bits).all():
+            return None
+        return value
+
     def assign(self, values: np.ndarray) -> None:
         """Replace all values."""
         self._chunks, self._sealed, self._tail = [], 0, array("d")

@@ -72,6 +72,9 @@ MAX_CHATTER_LINES = 4096
 _BULK_COLUMNS = frozenset({"elapsed_s", "tflops", "gbs", "loss_scale", "grad_norm", "skipped", "nan", "lr",
                            "num_zeros", "consumed_samples"})
 _IDX = IterationTable.INDEX
+#: templates whose bulknum.Shape a layout remembers (cleared when full)
+MAX_SHAPES = 256
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 
 class Const(tuple):
@@ -87,8 +90,9 @@ class Const(tuple):
 def parse_columns(cols: list[Sequence[bytes]], k: int) -> np.ndarray:
     """float() of every captured value, column by column (``k`` values each); a column whose values repeat (batch
     size, loss scale, skipped/NaN counters) converts each distinct value once; a :class:`Const` column is converted
-    once and a float64 array is taken as it is. Raises ValueError on an unparsable value."""
-    out = np.empty((k, len(cols)))
+    once and a float64 array is taken as it is. Raises ValueError on an unparsable value. The (k, columns) result
+    is column-major (each column contiguous: it is written, and later stored, column by column)."""
+    out = np.empty((len(cols), k)).T
     for j, col in enumerate(cols):
         if type(col) is Const:
             out[:, j] = float(col[0])
@@ -115,7 +119,7 @@ class Layout:
     """
 
     __slots__ = ("rx_full", "rx_multi", "rx_bulk", "perm", "scale", "gn_idx", "has_primary", "extras", "bkeys",
-                 "ngroups", "const", "rx_const", "keys")
+                 "ngroups", "const", "rx_const", "keys", "shapes")
 
     def __init__(self, keys: list[bytes], specs: dict[bytes, tuple[str, Any]]) -> None:
         parts, mparts, bparts = [], [], []
@@ -125,6 +129,8 @@ class Layout:
         #: ``rx_bulk`` with those values matched literally (see :meth:`learn_constants`)
         self.const: dict[int, bytes] = {}
         self.rx_const: re.Pattern[bytes] | None = None
+        #: the bulknum.Shape of each template seen (False: none), see _shape_columns
+        self.shapes: dict[tuple, bulknum.Shape | bool] = {}
         cols: list[tuple[str, Any]] = []  # per value group: (kind, arg)
         for j, k in enumerate(keys):
             kind, arg = specs[k]
@@ -340,9 +346,20 @@ def _shape_columns(lay: Layout, text: bytes, n: int, line0: bytes, m: re.Match[b
         if line0[tp[j] + 1:tp[j] + 1 + len(key)] != key:
             return None
         (spans if needed else free).append((tp[j] + 1 + len(key), tp[j + 1]))
-    try:
-        shape = bulknum.Shape(line0, spans, free)
-    except ValueError:
+    # A Shape depends on the template's bytes with the digits of its spans and free ranges masked, and on those
+    # ranges; the only other digits of a line of this layout are in its keys (checked equal above), so within the
+    # layout the template with every digit masked names its Shape (runs of one log mostly share a few).
+    key = (line0.translate(_DIGITS_TO_ZERO), tuple(spans), tuple(free))
+    shape = lay.shapes.get(key)
+    if shape is None:
+        try:
+            shape = bulknum.Shape(line0, spans, free)
+        except ValueError:
+            shape = False
+        if len(lay.shapes) >= MAX_SHAPES:
+            lay.shapes.clear()
+        lay.shapes[key] = shape
+    if shape is False:
         return None
     rows = np.ndarray((n, width), dtype=np.uint8, buffer=text, offset=1, strides=(width + 1, 1))
     got = shape.columns(rows)
@@ -560,7 +577,7 @@ class BulkIterations:
             block, extras = self._block(lay, cols, lines if len(lines) == len(cols[0]) else np.zeros(len(cols[0])))
             if len(lines) < len(block):
                 ix = np.concatenate([np.arange(x, y) for x, y in kept])
-                block = block[ix]
+                block = np.take(block.T, ix, axis=1).T  # (those rows, column-major kept)
                 block[:, C_LINE] = lines
                 extras = {name: v[ix] for name, v in extras.items()}
             self.blocks.append((block, extras))
@@ -761,7 +778,7 @@ class BulkIterations:
             at = block[:, C_LINE]
             if (at[1:] < at[:-1]).any():  # not in line order already (a stable sort of sorted rows is the identity)
                 order = np.argsort(at, kind="stable")
-                block = block[order]
+                block = np.take(block.T, order, axis=1).T  # (the rows reordered, column-major kept)
                 extras = {key: v[order] for key, v in extras.items()}
         self.parser.rec.iterations.extend_block(block, extras)
 
@@ -829,8 +846,9 @@ class BulkIterations:
             arr = parse_columns(cols, k)
         except ValueError:  # a value with blanks inside or an unparsable value: convert one by one
             arr = np.array([[num(x) for x in col] for col in cols], dtype=np.float64).T.reshape(k, len(cols))
-        arr = np.concatenate([arr, np.full((k, 1), np.nan)], axis=1)
-        block = arr[:, lay.perm]
+        arr_t = np.concatenate([arr.T, np.full((1, k), np.nan)])  # column-major: one row per column
+        block = arr_t[lay.perm].T  # (k, NCOL), column-major (IterationTable stores it column by column)
+        arr = arr_t.T
         if lay.scale != 1.0:
             block[:, C_ELAPSED] *= lay.scale
         if lay.gn_idx >= 0:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +55,11 @@ class IterationTable:
     Storage (:mod:`moetune.evidence.logs.columns`): rows appended one at a time wait in a row-major ``array('d')``
     of at most 8192 rows; columns are sealed in lossless encoded chunks of 8192 values (a few bytes per value:
     constants and counters cost ~nothing, line numbers 2 B, ``%.6E`` losses ~4 B). :attr:`nbytes` is the total.
+
+    Analysis: inside :meth:`decoded` each column is decoded once and handed out read-only (the analysis of one run
+    reads the same few columns many times); :meth:`memo` keeps small results derived from the rows (loss health, the
+    detected level shift) so that ``moetune logs`` and ``moetune diagnose`` work on one record computes each once.
+    Every change of the rows drops both.
     """
 
     COLUMNS = (
@@ -83,6 +90,34 @@ class IterationTable:
         self._rows = array("d")  # pending rows, row-major
         self._n = 0  # rows, pending included
         self.extra_losses: dict[str, PackedColumn] = {}
+        self._memo: dict[Any, Any] = {}  # small results derived from the rows (see memo)
+        self._decoded: dict[str, np.ndarray] | None = None  # decoded columns while a decoded() block is open
+
+    def _changed(self) -> None:
+        """The rows changed: drop what was derived from them."""
+        if self._memo:
+            self._memo.clear()
+        if self._decoded:
+            self._decoded.clear()
+
+    @contextmanager
+    def decoded(self) -> Iterator[IterationTable]:
+        """Within the block, :meth:`col` decodes each column once and returns that array, read-only (nested
+        blocks share the outer one's columns); the arrays are released when the outermost block ends."""
+        outer = self._decoded is None
+        if outer:
+            self._decoded = {}
+        try:
+            yield self
+        finally:
+            if outer:
+                self._decoded = None
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered under ``key`` until the rows change (for small results only)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def __len__(self) -> int:
         return self._n
@@ -104,6 +139,7 @@ class IterationTable:
 
     def append_values(self, values: list[float], extra: dict[str, float] | None = None) -> None:
         """Append one row given in :attr:`COLUMNS` order (the reader's general path)."""
+        self._changed()
         self._rows.extend(values)
         if extra:
             for key, value in extra.items():
@@ -118,6 +154,7 @@ class IterationTable:
 
     def extend_block(self, block: np.ndarray, extras: dict[str, np.ndarray] | None = None) -> None:
         """Append ``k`` rows at once (``block`` has shape (k, NCOL), columns in :attr:`COLUMNS` order)."""
+        self._changed()
         self._flush_rows()
         for key, values in (extras or {}).items():
             self._extra(key, self._n).extend(values)
@@ -134,8 +171,9 @@ class IterationTable:
         for col in self._cols:
             col.assign(col.values()[order])
         for key in list(self.extra_losses):
-            self.extra_losses[key].assign(self.col(key)[order])
+            self.extra_losses[key].assign(self._col(key)[order])
         self._n = len(order)
+        self._changed()
 
     def matrix(self) -> np.ndarray:
         """All rows as an (n, NCOL) array (a copy)."""
@@ -144,16 +182,36 @@ class IterationTable:
         return np.column_stack([self.col(name) for name in self.COLUMNS])
 
     def set_col(self, name: str, values: np.ndarray) -> None:
+        self._changed()
         self._flush_rows()
         self._cols[self.INDEX[name]].assign(np.asarray(values, dtype=np.float64))
 
     def set_flag(self, index: int, flag: int) -> None:
+        self._changed()
         self._flush_rows()
         col = self._cols[self.INDEX["flags"]]
         col.set(index, float(int(col.get(index)) | flag))
 
     def col(self, name: str) -> np.ndarray:
-        """One column as a numpy array (a copy)."""
+        """One column as a numpy array (a copy; inside :meth:`decoded`, the block's read-only array, which for a
+        column of one value is that value broadcast, without memory per row)."""
+        cache = self._decoded
+        if cache is None:
+            return self._col(name)
+        v = cache.get(name)
+        if v is None:
+            self._flush_rows()
+            packed = self.extra_losses.get(name) if name in self.extra_losses else self._cols[self.INDEX[name]]
+            value = packed.constant() if len(packed) == self._n else None
+            if value is not None:
+                v = np.broadcast_to(np.float64(value), (self._n,))
+            else:
+                v = self._col(name)
+                v.flags.writeable = False
+            cache[name] = v
+        return v
+
+    def _col(self, name: str) -> np.ndarray:
         if name in self.extra_losses:
             v = self.extra_losses[name].values()
             if len(v) == self._n:

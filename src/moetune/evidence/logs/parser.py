@@ -469,6 +469,8 @@ class Parser:
             return
         rec = self.rec
         rec.recognised_lines += 1
+        if len(rec.memory_reports) >= MAX_MEMORY_REPORTS:  # past the cap a report is counted, not kept
+            return
         unit = m.group(3)
         scale = {b"MB": 2**20, b"MiB": 2**20, b"GB": 1e9, b"GiB": 2**30, b"bytes": 1.0}[unit]
         values: dict[str, float] = {}
@@ -487,9 +489,8 @@ class Parser:
                     keys[raw] = key
             x = num(xs)
             values[key] = x if key in ("alloc retires", "allocated count") else x * scale
-        if len(rec.memory_reports) < MAX_MEMORY_REPORTS:
-            rec.memory_reports.append(MemoryReport(line_no, int(m.group(1)), int(m.group(2)),
-                                                   unit.decode("utf-8", "replace"), values))
+        rec.memory_reports.append(MemoryReport(line_no, int(m.group(1)), int(m.group(2)),
+                                               unit.decode("utf-8", "replace"), values))
 
     # ---------------------------------------------------------------- timers
     def timer(self, line_no: int, name: str, lo: float | None, hi: float) -> None:
