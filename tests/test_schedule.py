@@ -33,6 +33,17 @@ def test_tp_and_dp_overlap():
     assert S.cp_exposed(1.0, 0.0, cp_comm_type="a2a") == 1.0
 
 
+def test_sm_contention_is_the_work_the_lost_sms_would_have_done():
+    """While ``hidden`` seconds of communication hold a share f of the SMs, SM-bound compute beside it does
+    (1 - f) x hidden seconds of whole-GPU work; the f x hidden seconds it could not do run afterwards."""
+    f, hidden, compute = 32 / 148, 0.05, 0.30
+    done_during_overlap = (1 - f) * hidden
+    finish = hidden + (compute - done_during_overlap)  # the rest at full speed after the communication ends
+    assert S.sm_contention(hidden, f) == pytest.approx(finish - compute)
+    assert S.sm_contention(hidden, 0.0) == 0.0 and S.sm_contention(0.0, f) == 0.0
+    assert S.sm_contention(hidden, 1.0) == pytest.approx(hidden)  # all SMs taken: the compute waits it out
+
+
 def test_cuda_graph_scopes_remove_kernels():
     kern = {"attn": 40, "mla_extra": 20, "mamba": 40, "mlp": 20, "moe_router": 25, "moe_preprocess": 25,
             "moe_dispatch": 20, "moe_experts": 30, "shared_experts": 20, "fp8_casts_per_gemm": 3}

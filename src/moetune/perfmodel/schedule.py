@@ -72,12 +72,20 @@ def tp_exposed(comm: float, gemm: float, *, overlap: bool, splits: int, sm_frac:
 
 
 def sm_contention(hidden: float, sm_frac: float) -> float:
-    """Compute time lost while ``hidden`` seconds of communication run concurrently on ``sm_frac`` of the SMs: the
-    overlapped kernels run on the remaining ``1 - sm_frac`` (the same rule as the TP-overlap and flex-dispatcher
-    contention of this module and step.py)."""
+    """Compute time lost while ``hidden`` seconds of communication run beside it on ``sm_frac`` of the SMs (the
+    same rule for the TP-overlap, DP and flex-dispatcher contention of this module and step.py).
+
+    For those ``hidden`` wall-clock seconds the overlapped kernels have the other 1 - sm_frac of the SMs, so they do
+    (1 - sm_frac) x hidden seconds of whole-GPU work; the sm_frac x hidden seconds of work left over run afterwards
+    on the whole GPU. The loss is sm_frac x hidden (SM-bound kernels: work per second proportional to the SMs they
+    hold; the communication kernels keep their SMs for the whole transfer, DeepEP ``Buffer.set_num_sms``, HybridEP
+    ``num_sms_dispatch_api`` / ``num_sms_combine_api``, TE userbuffers ``num_sm``). Charging hidden x sm_frac /
+    (1 - sm_frac) would stretch the compute as if all of it ran on the reduced SM count, though only ``hidden``
+    seconds of it overlap the communication.
+    """
     if hidden <= 0 or sm_frac <= 0:
         return 0.0
-    return hidden * sm_frac / max(1.0 - sm_frac, 1e-3)
+    return hidden * min(sm_frac, 1.0)
 
 
 def offload_exposed(layer_bytes: tuple[float, ...], host_gbs: float, layer_seconds: float, window: int = 1
