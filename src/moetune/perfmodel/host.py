@@ -99,6 +99,7 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
     scope of the module they wrap."""
     full = graphs_on and "full_iteration" in scopes
     cast = kernels.get("fp8_casts_per_gemm", 0.0) if quant_gemms > 0 else 0.0
+    adapter = kernels.get("lora_adapter", 0.0)
     eager = 0.0
     graphs = 0.0
     syncs = 0.0
@@ -122,12 +123,12 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
             n += kernels.get("unfused_attention", 0.0)
         if unfused_rope:
             n += kernels.get("unfused_rope", 0.0)
-        n += kernels.get("lora_adapter", 0.0) * lora_attn
+        n += adapter * lora_attn
         part("attn", n, "attn", tp_overlap_kernels(2, tp_overlap_tp))
     elif mixer in ("M", "G"):
         part("mamba", kernels["mamba"] + cast * min(quant_gemms, 2), "mamba")
     if mlp == "D":
-        part("mlp", kernels["mlp"] + cast * 2 + kernels.get("lora_adapter", 0.0) * lora_mlp, "mlp",
+        part("mlp", kernels["mlp"] + cast * 2 + adapter * lora_mlp, "mlp",
              tp_overlap_kernels(2, tp_overlap_tp))
     elif mlp == "E":
         moe_scope = "moe" if "moe" in scopes else None
@@ -138,7 +139,7 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
              moe_scope)
         per_expert = kernels.get("grouped_gemm_per_expert" if grouped_gemm else "sequential_mlp_per_expert", 0.0)
         part("experts", kernels["moe_experts"] + cast * 2 + per_expert * max(local_experts, 1.0)
-             + kernels.get("lora_adapter", 0.0) * lora_mlp, moe_scope)
+             + adapter * lora_mlp, moe_scope)
         if shared:
             part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):
