@@ -90,3 +90,94 @@ def test_queue_bound_changes_nothing_but_the_work(kw):
 
     assert summary(got) == summary(want)
     assert len(fast._time_cache) <= len(plain._time_cache)
+
+
+def _ep_floor_of(s: P.Search, lp, mode) -> float:
+    """What :meth:`Search.ep_floor` compares with the k-th best: the least ``_schedule_floor`` of the base job with
+    its own dispatcher's EP term or with that of each dispatcher searched."""
+    base = s.time_of(lp, s.features(mode, lp, {}))
+    disp = [s.a2a_of(lp, s.features(mode, lp, d)) for d in P._dispatcher_variants(s.req, lp)]
+    return min(P._schedule_floor(base, [x]) for x in [base, *disp])
+
+
+def _some(queue: list) -> list:
+    """The whole queue, or two runs of it (consecutive layouts: those of one split at every MBS) when long."""
+    n = len(queue)
+    return queue if n < 1200 else queue[:400] + queue[n // 2:n // 2 + 400] + queue[-400:]
+
+
+#: the requests of ``_REQUESTS`` and a pipelined MoE with VPP, all dispatchers (flex ones with an SM share)
+_STEP_REQUESTS = [*_REQUESTS, dict(model="DeepSeek-V3", system="DGX-H100", gpus=256, gbs=1024,
+                                   dispatchers=("alltoall", "deepep", "hybridep", "allgather"))]
+
+
+@pytest.mark.parametrize("kw", _STEP_REQUESTS)
+def test_step_bound_never_exceeds_the_ep_floor(kw):
+    """S <= the EP floor (the schedule floor with the least dispatcher EP term) for every queued layout, with the
+    optimizer and once-per-step host seconds of the same layout at another MBS as the search passes them; and S is
+    informative: within 20 % of that floor for most layouts."""
+    kw = dict(kw)
+    req = _req(kw.pop("model"), kw.pop("system"), kw.pop("gpus"), kw.pop("gbs"), **kw)
+    s = _queued(req)
+    qb = QueueBound(s.eff, req.gpus, req.global_batch_size)
+    queue = _some(s.queue)
+    fixed: dict[tuple, float] = {}
+    tight = n = 0
+    for lp, mode in queue:
+        gkey = (mode, lp.tp, lp.cp, lp.ep, lp.etp, lp.mbs)
+        if gkey not in qb.groups:
+            qb.add_group(gkey, s.job_of(lp, s.features(mode, lp, {})))
+        res = s.time_of(lp, s.features(mode, lp, {}))
+        sk = P._split_key(mode, lp)
+        step = qb.step_bound(gkey, lp, s.layout_of, lambda lp=lp, mode=mode: s.dispatch_jobs(lp, mode),
+                             fixed.get(sk, 0.0))
+        fixed.setdefault(sk, res.walls["optimizer"] + res.step_host)
+        floor = _ep_floor_of(s, lp, mode)
+        assert step <= floor, (lp, mode, step, floor)
+        if qb.groups[gkey] is not None:
+            n += 1
+            tight += step >= 0.8 * floor
+    assert n and tight >= 0.8 * n
+
+
+@pytest.mark.parametrize("kw", _STEP_REQUESTS)
+def test_optimizer_and_step_host_do_not_read_the_microbatch_size(kw):
+    """The premise of the ``fixed`` term the search passes to the step bound: base jobs that differ only in MBS have
+    the same optimizer and once-per-step host seconds."""
+    kw = dict(kw)
+    req = _req(kw.pop("model"), kw.pop("system"), kw.pop("gpus"), kw.pop("gbs"), **kw)
+    s = _queued(req)
+    seen: dict[tuple, float] = {}
+    mbs: dict[tuple, set] = {}
+    for lp, mode in _some(s.queue):
+        res = s.time_of(lp, s.features(mode, lp, {}))
+        sk = P._split_key(mode, lp)
+        assert seen.setdefault(sk, res.walls["optimizer"] + res.step_host) == res.walls["optimizer"] + res.step_host
+        mbs.setdefault(sk, set()).add(lp.mbs)
+    assert any(len(v) > 1 for v in mbs.values())
+
+
+@pytest.mark.parametrize("kw", [_REQUESTS[0], _REQUESTS[2], _STEP_REQUESTS[-1]])
+def test_unpriced_skips_change_nothing(kw):
+    """The layouts :meth:`Search.order` answers without pricing (a bound above the k-th best, a step bound above it)
+    are some, and the search gives exactly what the search without them gives (queue bound off: every base job is
+    priced and every layout goes through :meth:`Search.pass_2`'s own tests), counters included."""
+    kw = dict(kw)
+    req = _req(kw.pop("model"), kw.pop("system"), kw.pop("gpus"), kw.pop("gbs"), **kw)
+    fast, plain = P.Search(req), P.Search(req, queue_bound=False)
+    skipped = []
+    order = fast.order
+
+    def watched():
+        for key, lp, mode, sf in order():
+            if (lp.key(), id(fast.features(mode, lp, {}))) not in fast._time_cache:
+                skipped.append(lp)
+            yield key, lp, mode, sf
+
+    fast.order = watched
+    got, want = fast.run(), plain.run()
+    assert skipped
+    assert [c.sort_key() for c in got.candidates] == [c.sort_key() for c in want.candidates]
+    assert got.per_layout_best == want.per_layout_best
+    assert (got.searched, got.feasible, got.pruned_memory, got.pruned_bound, got.rejected_by_check) == \
+        (want.searched, want.feasible, want.pruned_memory, want.pruned_bound, want.rejected_by_check)

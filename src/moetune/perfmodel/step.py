@@ -1365,12 +1365,12 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
 # ------------------------------------------------------------------------------------------------------------
 
 
-def job_layer_prices(job: Job, eff: Efficiency) -> tuple[Profile, Rates, dict[tuple, LayerPrice]]:
-    """The profile of ``job`` (:func:`build_profile`), its rates and the price of each of its layer kinds
-    (:func:`_layer_prices`), as :func:`evaluate` reads them."""
+def job_layer_prices(job: Job, eff: Efficiency) -> tuple[Profile, Rates, dict[tuple, LayerPrice], float]:
+    """The profile of ``job`` (:func:`build_profile`), its rates, the price of each of its layer kinds and the SM
+    share of its dispatcher's kernels (:func:`_layer_prices`), as :func:`evaluate` reads them."""
     prof = build_profile(job, eff)
-    r, _, priced = _layer_prices(prof, eff)
-    return prof, r, priced
+    r, sm_frac, priced = _layer_prices(prof, eff)
+    return prof, r, priced, sm_frac
 
 
 def pipeline_split(model: ModelArch, lay: Layout, seq: int) -> PipelineSplit:

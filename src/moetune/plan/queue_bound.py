@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from moetune.perfmodel.schedule import sm_contention
 from moetune.perfmodel.step import (
     extra_floor_seconds,
     job_layer_prices,
@@ -65,15 +66,23 @@ class _Group:
     seconds of the non-layer work per (embedding, loss) flags, the non-layer host seconds bound, and a memo of
     (F_q, Xlo_q) per rank content (numbered by :class:`QueueBound`)."""
 
-    __slots__ = ("kinds", "extra", "extra_host", "ranks", "args", "quant")
+    __slots__ = ("kinds", "extra", "extra_host", "ranks", "args", "quant", "a2a_base", "partner", "a2a", "a2a_ranks")
 
-    def __init__(self, kinds: dict, extra_host: float, args: tuple, quant: tuple[bool, frozenset[int]]) -> None:
+    def __init__(self, kinds: dict, extra_host: float, args: tuple, quant: tuple[bool, frozenset[int]],
+                 a2a_base: tuple[dict, float], partner: dict) -> None:
         self.kinds = kinds
+        self.a2a_base = a2a_base  # (per layer kind, the base job's dispatch/combine seconds per microbatch; SM share)
+        self.partner = partner  # per layer kind, its compute plus a third of its expert GEMMs (``stage_partner``)
         self.extra: dict[tuple[bool, bool], float] = {}
         self.extra_host = extra_host
         self.ranks: dict[int, tuple[float, float]] = {}
         self.args = args  # (model, seq, mbs, cp, tp, rates) for the non-layer work
         self.quant = quant  # :func:`moetune.perfmodel.step.quantised_layers` of the group's features
+        #: per dispatcher searched (the base job's first): (per layer kind, the dispatch/combine seconds per
+        #: microbatch; the SM share of its kernels), None until :meth:`QueueBound.step_bound` first needs them; and per
+        #: rank content, (its EP-overlap partner seconds, per dispatcher (dispatch/combine seconds, SM share))
+        self.a2a: list[tuple[dict, float]] | None = None
+        self.a2a_ranks: dict[int, tuple[float, list[tuple[float, float]]]] = {}
 
 
 class QueueBound:
@@ -84,8 +93,8 @@ class QueueBound:
         self.eff = eff
         self.gpus, self.gbs = gpus, gbs
         self.groups: dict[tuple, _Group | None] = {}
-        #: per (PP, VPP, pipeline layout, TP): the numbers of the distinct rank contents of its split
-        self._splits: dict[tuple, tuple[int, ...]] = {}
+        #: per (PP, VPP, pipeline layout, TP): the numbers of the distinct rank contents of its split, and its VPP
+        self._splits: dict[tuple, tuple[tuple[int, ...], int]] = {}
         self._contents: dict[tuple, int] = {}  # rank content (layer ids, MTP layers, embedding, loss) -> number
         self._by_number: list[tuple] = []
         self._m: dict[tuple, int] = {}  # microbatches per (TP, CP, PP, MBS)
@@ -96,7 +105,7 @@ class QueueBound:
         """Record the shared parts of group ``gkey`` from ``job``, a base job of the group (no bound when the
         premises do not hold for it: EP overlap, recompute, offloading, a host sharpness below 1)."""
         eff = self.eff
-        prof, r, priced = job_layer_prices(job, eff)
+        prof, r, priced, sm_frac = job_layer_prices(job, eff)
         feat, lay = job.features, job.layout
         if (prof.offload_bytes or prof.fg_offload or (feat.overlap_moe_expert_parallel_comm and lay.ep > 1)
                 or not r.host_queue_sharpness >= 1.0 or prof.full_recompute_frac or prof.recompute_frac
@@ -108,7 +117,8 @@ class QueueBound:
         extra_host = eff.kernels["embedding_loss"] * r.launch_us * 1e-6
         self.groups[gkey] = _Group(kinds, max(extra_host, 0.0),
                                    (job.model, job.seq_length, job.micro_batch_size, lay.cp, lay.tp, r),
-                                   quantised_layers(job.model, feat))
+                                   quantised_layers(job.model, feat), ({k: p.a2a for k, p in priced.items()}, sm_frac),
+                                   {k: p.comp + p.exp / 3.0 for k, p in priced.items()})
 
     def bound(self, gkey: tuple, lp: Any, layout_of: Any) -> float:
         """B <= the queue key of the base job of group ``gkey`` with layout point ``lp`` (module docstring); -inf
@@ -117,30 +127,98 @@ class QueueBound:
         g = self.groups.get(gkey)
         if g is None:
             return float("-inf")
-        tp = lp.tp
-        sk = (lp.pp, lp.vpp, lp.pipeline_layout, tp)
-        ranks = self._splits.get(sk)
-        if ranks is None:
-            ranks = self._splits[sk] = self._split(g, layout_of(lp))
-        memo = g.ranks
-        rows = []
-        for n in ranks:
-            got = memo.get(n)
-            if got is None:
-                got = memo[n] = _rank(g, self._by_number[n], self._kinds(n, g.quant))
-            rows.append(got)
+        rows = self._rows(g, self._ranks(g, lp, layout_of)[0])
         top = max(f + x for f, x in rows)
         extra = g.extra_host
         cut = top * (1.0 - SLACK)
         least = min((max(f, top - x - extra) for f, x in rows if f + x + extra >= cut), default=None)
         if least is None:
             least = min(f for f, _ in rows)
-        mk = (tp, lp.cp, lp.pp, lp.mbs)
+        b = self._micro(lp, layout_of) * least * (1.0 - SLACK)
+        return b if b == b else float("-inf")
+
+    def step_bound(self, gkey: tuple, lp: Any, layout_of: Any, dispatch_jobs: Any, fixed: float = 0.0) -> float:
+        """S <= the :func:`moetune.plan.search._schedule_floor` of the base job of group ``gkey`` with layout point
+        ``lp`` with the EP term of the base job's own dispatcher and with that of each job in ``dispatch_jobs()``
+        (the group's base job with each dispatcher the search tries, called once per group): so S <=
+        :meth:`moetune.plan.search.Search.ep_floor` of the layout, the bound :meth:`~moetune.plan.search.Search.
+        pass_2` compares with the k-th best before it retunes a layout (an EP term is >= 0: the ``_schedule_floor``
+        without one, tested first there, is never above it). ``fixed``: at most the PP send/recv, optimizer and once-per-step host seconds of
+        that base job (0 when unknown). -inf where the group has no bound.
+
+        Proof. ``_schedule_floor`` is :func:`moetune.perfmodel.schedule.pipeline_step` of the largest per-stage sum
+        plus the PP send/recv, optimizer and once-per-step host seconds (each >= 0), less a relative 1e-9. A stage's
+        sum is its floor (F_q of the module docstring: the same non-negative terms in another order) plus, where
+        ``ep_overlap_eff`` is in [0, 1], the least over the dispatchers d of :func:`ep_term` (A_dq, ``ep_overlap_eff``
+        x min(A_dq, P_q) x (1 - 1/m), s_d), which this bound computes the same way from: A_dq = sum_k n_qk a2a_k(d),
+        the stage's dispatch/combine seconds (:func:`moetune.perfmodel.step._stage_a2a`; the per-kind seconds and
+        the dispatcher's SM share s_d are the group's: they do not read the split), and P_q = ``stage_partner`` of
+        the base job = sum_k n_qk (comp_k + exp_k / 3) + the non-layer compute (``_schedule_floor`` reads the base
+        job's partner whatever the dispatcher). ``pipeline_step`` of one stage time S_max is ``(m + (pp - 1) / vpp)
+        x S_max`` (``m x S_max`` at PP 1), non-decreasing in S_max, so S = (m + (pp - 1) / vpp) x max_q (F_q +
+        min_d ep_term) + ``fixed``, less the relative :data:`SLACK`, is at most each of those floors: the sums here
+        add the same terms in another order, and ``ep_term`` moves by at most its argument's rounding (its slope in
+        A and P is within [-1, 1]), far less than the slack."""
+        g = self.groups.get(gkey)
+        if g is None:
+            return float("-inf")
+        if g.a2a is None:
+            g.a2a = [g.a2a_base]
+            for job in dispatch_jobs():
+                _, _, priced, sm_frac = job_layer_prices(job, self.eff)
+                g.a2a.append(({k: p.a2a for k, p in priced.items()}, sm_frac))
+        ranks, vpp = self._ranks(g, lp, layout_of)
+        rows = self._rows(g, ranks)
+        m = self._micro(lp, layout_of)
+        eff = g.args[5].ep_overlap_eff
+        late = 1 - 1 / max(m, 1)
+        memo = g.a2a_ranks
+        top = 0.0
+        for n, (f, _) in zip(ranks, rows, strict=True):
+            got = memo.get(n)
+            if got is None:
+                kinds = self._kinds(n, g.quant)
+                rank = self._by_number[n]
+                pq = g.extra[(rank[2], rank[3])]
+                for key, cnt in kinds:
+                    pq += cnt * g.partner[key]
+                got = memo[n] = (pq, [(sum(cnt * a2a.get(key, 0.0) for key, cnt in kinds), sm) for a2a, sm in g.a2a])
+            pq, by_disp = got
+            v = f
+            if 0.0 <= eff <= 1.0:
+                v += min(ep_term(a, eff * min(a, pq) * late, sm) for a, sm in by_disp)
+            if v > top:
+                top = v
+        steps = m + (lp.pp - 1) / max(vpp, 1) if lp.pp > 1 else m
+        s = (steps * top + fixed) * (1.0 - SLACK)
+        return s if s == s else float("-inf")
+
+    def _ranks(self, g: _Group, lp: Any, layout_of: Any) -> tuple[tuple[int, ...], int]:
+        """:meth:`_split` of the layout point, memoised per (PP, VPP, pipeline layout, TP)."""
+        sk = (lp.pp, lp.vpp, lp.pipeline_layout, lp.tp)
+        got = self._splits.get(sk)
+        if got is None:
+            got = self._splits[sk] = self._split(g, layout_of(lp))
+        return got
+
+    def _rows(self, g: _Group, ranks: tuple[int, ...]) -> list[tuple[float, float]]:
+        """(F_q, Xlo_q) of each rank content numbered in ``ranks`` (memoised per group)."""
+        memo = g.ranks
+        rows = []
+        for n in ranks:
+            row = memo.get(n)
+            if row is None:
+                row = memo[n] = _rank(g, self._by_number[n], self._kinds(n, g.quant))
+            rows.append(row)
+        return rows
+
+    def _micro(self, lp: Any, layout_of: Any) -> int:
+        """Microbatches per step of the layout point (at least 1, as :func:`moetune.perfmodel.step.build_profile`)."""
+        mk = (lp.tp, lp.cp, lp.pp, lp.mbs)
         m = self._m.get(mk)
         if m is None:
             m = self._m[mk] = max(layout_of(lp).num_microbatches(self.gpus, self.gbs, lp.mbs), 1)
-        b = m * least * (1.0 - SLACK)
-        return b if b == b else float("-inf")
+        return m
 
     def _kinds(self, n: int, quant: tuple[bool, frozenset[int]]) -> tuple[tuple[tuple, float], ...]:
         """(layer kind, count) of rank content ``n`` as :func:`moetune.perfmodel.step._stage_works` reads them
@@ -151,9 +229,10 @@ class QueueBound:
             got = self._counts[(n, quant)] = tuple(rank_kind_counts(self._model, ids, n_mtp, *quant).items())
         return got
 
-    def _split(self, g: _Group, lay: Any) -> tuple[int, ...]:
+    def _split(self, g: _Group, lay: Any) -> tuple[tuple[int, ...], int]:
         """The numbers of the distinct rank contents of a layout's pipeline split (that of :func:`moetune.perfmodel.
-        step.build_profile`: it reads the sequence only where the layout gives no valid split)."""
+        step.build_profile`: it reads the sequence only where the layout gives no valid split), and its virtual
+        stages per rank (the ``vpp`` of the schedule, :func:`moetune.perfmodel.step.evaluate`)."""
         model, seq = g.args[0], g.args[1]
         self._model = model  # one request: one model
         split = pipeline_split(model, lay, seq)
@@ -165,7 +244,7 @@ class QueueBound:
                 n = self._contents[content] = len(self._by_number)
                 self._by_number.append(content)
             out.append(n)
-        return tuple(dict.fromkeys(out))
+        return tuple(dict.fromkeys(out)), split.vpp
 
 
 def _rank(g: _Group, rank: tuple, kinds: tuple[tuple[tuple, float], ...]) -> tuple[float, float]:
@@ -183,3 +262,12 @@ def _rank(g: _Group, rank: tuple, kinds: tuple[tuple[tuple, float], ...]) -> tup
         model, seq, mbs, cp, tp, r = g.args
         fe = g.extra[(emb, loss)] = extra_floor_seconds(model, seq, mbs, cp, tp, emb, loss, r)
     return f + fe, x
+
+
+def ep_term(a2a: float, hidden: float, sm_frac: float) -> float:
+    """The least exposed EP time of :func:`moetune.plan.search._schedule_floor`: ``a2a`` less at most ``hidden``
+    seconds hidden, plus the SM contention charged on what is hidden (:func:`moetune.perfmodel.schedule.sm_contention`)
+    where that falls as more is hidden, else ``a2a``."""
+    if sm_contention(1.0, sm_frac) <= 1.0:
+        return a2a - hidden + sm_contention(hidden, sm_frac)
+    return a2a

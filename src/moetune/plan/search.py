@@ -54,10 +54,10 @@ from moetune.perfmodel.memory import (
     reserved_peaks,
     weight_and_optimizer_bytes,
 )
-from moetune.perfmodel.schedule import pipeline_step, sm_contention
+from moetune.perfmodel.schedule import pipeline_step
 from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_and_sm
 from moetune.plan.ladder import ladder_cores
-from moetune.plan.queue_bound import QueueBound
+from moetune.plan.queue_bound import QueueBound, ep_term
 from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
 from moetune.progress import report
 from moetune.spec.features import Features
@@ -358,6 +358,11 @@ def _graph_variants(req: PlanRequest, recompute: dict, disp: dict | None = None)
 NONE_FIT, SOME_FIT, ALL_FIT = 0, 1, 2
 
 
+def _split_key(mode: tuple[str, bool], lp: LayoutPoint) -> tuple:
+    """A layout point but its microbatch size, with the state mode."""
+    return (mode, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
+
+
 def _layout(lp: LayoutPoint) -> Layout:
     return Layout(tp=lp.tp, pp=lp.pp, vpp=lp.vpp if lp.vpp > 1 else None, pipeline_layout=lp.pipeline_layout,
                   cp=lp.cp, ep=lp.ep, etp=lp.etp)
@@ -651,10 +656,23 @@ class Search:
         bound entry (B_j, j) >= (K, i) in the heap, so (K_j, j) >= (B_j, j) >= (K, i), and j != i makes it strict;
         every priced layout not yet returned has its key entry in the heap, >= (K, i). So (K, i) is the least
         (key, index) of the layouts not yet returned. The caller stops early (the rest of the queue has keys above
-        the k-th best): the layouts never popped are never priced."""
+        the k-th best): the layouts never popped are never priced.
+
+        Two answers come without pricing, read against the k-th best when a bound entry is popped (the caller has
+        done all its work on the layouts before, so it holds the same k-th best when it reads the answer): a bound
+        B above it is yielded as the key (every key left is >= B: the caller stops as it would at the next key), and
+        a layout whose bound S on its schedule floors (:meth:`QueueBound.step_bound`: at most the :meth:`ep_floor`
+        that :meth:`pass_2` tests) exceeds it is yielded with S as its schedule floor (with
+        ``schedule_bound``): the caller skips it (``pruned_bound`` + 1) as it would have when its key came up, since
+        the k-th best only falls. Either way the layouts retuned, their order and the
+        counters are those of the sorted walk; only fewer base jobs are priced."""
         heap: list[tuple[float, int, bool]] = []
         req = self.req
         qb = QueueBound(self.eff, req.gpus, req.global_batch_size) if self.queue_bound else None
+        #: per (mode, layout but MBS): the optimizer and once-per-step host seconds of a priced base job (they read
+        #: the split, the parameters per rank and the state mode, not the microbatch size: :func:`moetune.perfmodel.
+        #: step._dp_and_optimizer`, :func:`~moetune.perfmodel.step._step_host`; tests/test_plan_queue.py checks it)
+        fixed: dict[tuple, float] = {}
         for i, (lp, mode) in enumerate(self.queue):
             gkey = (mode, lp.tp, lp.cp, lp.ep, lp.etp, lp.mbs)
             if qb is not None:
@@ -667,11 +685,34 @@ class Search:
         while heap:
             key, i, priced = heapq.heappop(heap)
             lp, mode = self.queue[i]
+            if not priced:
+                kth = self.kth_best()
+                if key > kth:
+                    # every layout left has a key >= this bound > the k-th best: the caller stops here (it reads
+                    # only that the key exceeds the k-th best), as it would at the next key
+                    yield key, lp, mode, float("inf")
+                    return
+                if self.schedule_bound and qb is not None and kth < float("inf"):
+                    step = qb.step_bound((mode, lp.tp, lp.cp, lp.ep, lp.etp, lp.mbs), lp, self.layout_of,
+                                         lambda lp=lp, mode=mode: self.dispatch_jobs(lp, mode),
+                                         fixed.get(_split_key(mode, lp), 0.0))
+                    if step > kth:
+                        # its schedule floors exceed the k-th best (which only falls): the caller skips it
+                        # unpriced, as it would when its key came up (:meth:`pass_2`, ``sched_floor``)
+                        yield key, lp, mode, step
+                        continue
             res = self.time_of(lp, self.features(mode, lp, {}))  # the base job (pass 2 prices it again)
+            fixed.setdefault(_split_key(mode, lp), res.walls["optimizer"] + res.step_host)
             if priced:
                 yield key, lp, mode, _schedule_floor(res)
             else:
                 heapq.heappush(heap, (_walls_floor(res.walls), i, True))
+
+    def dispatch_jobs(self, lp: LayoutPoint, mode: tuple[str, bool]) -> list[Job]:
+        """The base job of the layout with each dispatcher the search tries, but the base job's own."""
+        base = self.features(mode, lp, {})
+        feats = (self.features(mode, lp, d) for d in _dispatcher_variants(self.req, lp))
+        return [self.job_of(lp, f) for f in feats if f is not base]
 
     def pass_2(self) -> None:
         """Best-first by the variant floor (:meth:`order`): fit recompute (least first) and price the variants of
@@ -1337,20 +1378,11 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
         eff = res.ep_overlap_eff if ep_overlap else 0.0
         if 0.0 <= eff <= 1.0:
             late = 1 - 1 / max(m, 1)
-            per_stage = [x + min(_ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], res.stage_partner[p]) * late,
+            per_stage = [x + min(ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], res.stage_partner[p]) * late,
                                           d.sm_frac if ep_overlap else 0.0) for d in by_dispatcher)
                          for p, x in enumerate(per_stage)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
     return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"] + res.step_host) * (1.0 - 1e-9)
-
-
-def _ep_term(a2a: float, hidden: float, sm_frac: float) -> float:
-    """The least exposed EP time of :func:`_schedule_floor`: ``a2a`` less at most ``hidden`` seconds hidden, plus
-    the SM contention charged on what is hidden (:func:`moetune.perfmodel.schedule.sm_contention`) where that falls
-    as more is hidden, else ``a2a``."""
-    if sm_contention(1.0, sm_frac) <= 1.0:
-        return a2a - hidden + sm_contention(hidden, sm_frac)
-    return a2a
 
 
 def _recomputes_dispatch(rec: dict) -> bool:
