@@ -133,17 +133,23 @@ def request_headroom(req: PlanRequest) -> float:
 class Candidate:
     job: Job
     layout: LayoutPoint
+    #: the itemised memory and time estimates (:func:`moetune.perfmodel.memory.estimate_memory`,
+    #: :func:`moetune.perfmodel.step.estimate_time`); a search builds them for the candidates it returns only
+    #: (:meth:`Search.result`), None before
     memory: Any
     time: Any
     findings: list
     recompute_rank: int  # 0 none, 1.. selective ladder index+1, 99 full, 100+ offload
+    #: predicted step seconds (``time.step_time_s``: :func:`moetune.perfmodel.step.estimate_walls` gives the same
+    #: value, tests/test_plan_fastpath.py); None: read ``time``
+    step: float | None = None
 
     @property
     def step_time_s(self) -> float:
-        return self.time.step_time_s
+        return self.step if self.step is not None else self.time.step_time_s
 
     def sort_key(self) -> tuple:
-        return (round(self.time.step_time_s, 9), self.layout.model_parallel, self.recompute_rank,
+        return (round(self.step_time_s, 9), self.layout.model_parallel, self.recompute_rank,
                 self.layout.key(), _feature_key(self.job.features))
 
 
@@ -541,7 +547,7 @@ class Search:
     best so far or above the k-th best is not priced either (it could not be recorded; the counters are unchanged,
     ``variant_bound=False`` prices it). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
     stopping at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
-    estimate_walls`), and the full memory / time estimates are built only for the candidates kept.
+    estimate_walls`), and the full memory / time estimates are built only for the candidates returned (:meth:`result`).
 
     State: the request and its fixed inputs (capacity, headroom, recompute options, starting features, efficiency),
     the bound (the heap of the top-K distinct layouts' step times, and ``shared`` across processes), the counters of
@@ -851,7 +857,12 @@ class Search:
                     break
 
     def result(self) -> PlanResult:
+        """The ranked result; the itemised memory and time estimates are built for the candidates returned only."""
         cands = sorted(self.best_by_layout.values(), key=Candidate.sort_key)
+        for c in cands[: max(self.req.top, 1)]:
+            if c.time is None:
+                c.memory = self.full_memory_of(c.layout, c.job.features)
+                c.time = estimate_time(c.job, self.eff)
         floor_rec = self.rec_opts[-1][1]
         miss = [(-o, self.job_of(lp, self.features(mode, lp, floor_rec)))
                 for o, _, lp, mode in sorted(self.closest, reverse=True)]
@@ -921,8 +932,7 @@ class Search:
                         for f in errors:
                             self.rejected_rules[f.id] = self.rejected_rules.get(f.id, 0) + 1
                         continue
-                    c = Candidate(job, lp, self.full_memory_of(lp, feats), estimate_time(job, self.eff), findings,
-                                  rank)
+                    c = Candidate(job, lp, None, None, findings, rank, step)  # estimates: :meth:`result`
                     self.record(lk, c, step, prev is None)
         # with ``fitted``, every variant skipped here fitted under a lesser option
         if all_ok and (any_ok or fitted is not None):
