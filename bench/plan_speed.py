@@ -4,7 +4,8 @@ infeasible requests as a user runs them (``python -m moetune plan``, wall time i
 Prints candidates evaluated, seconds and candidates/s on this machine, then the targets of issue 19 beside the
 measured numbers. Requests of >= 64 GPUs run the exact search in min(2, CPUs) processes (``MOETUNE_WORKERS=1`` for
 one); "evaluated" counts priced feature variants. The command-line rows run on a byte-compiled tree, as ``pip install``
-leaves the package (``bench/startup_speed.py`` times start-up alone).
+leaves the package (``bench/startup_speed.py`` times start-up alone); "CPU s" is the user + system time of the command
+and its forked shares, steadier than wall time on a shared machine.
 
     python bench/plan_speed.py [--quick]    # --quick: skip the in-process table, only the command-line rows
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import compileall
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -69,16 +71,20 @@ def table() -> None:
 
 def command_rows() -> None:
     """Each request as a user runs it: ``python -m moetune plan ... --json`` in a fresh process."""
-    print(f"\n{'what':<46} {'wall s':>7} {'target':>7} {'search s':>9} {'target':>7}  answer")
+    print(f"\n{'what':<46} {'wall s':>7} {'target':>7} {'search s':>9} {'target':>7} {'CPU s':>6}  answer")
     # as a ``pip install`` leaves it: byte-compiled (else every run recompiles every imported module, ~0.2 s)
     compileall.compile_dir(str(ROOT / "src" / "moetune"), quiet=1)
     env0 = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env0["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")
     for what, args, env, wall_target, search_target in COMMANDS:
         t0 = time.perf_counter()
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = subprocess.run([sys.executable, "-m", "moetune", "plan", *args, "--json"], capture_output=True, text=True,
                            env={**env0, **env}, cwd=ROOT)
         wall = time.perf_counter() - t0
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # user + system seconds of the command and its forked shares (less noisy than wall time on a shared machine)
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
         search, answer = "", ""
         try:
             out = json.loads(p.stdout)
@@ -92,7 +98,7 @@ def command_rows() -> None:
             answer = (p.stderr.strip().splitlines() or [""])[-1][:60]
         wt = f"<= {wall_target:g}" if wall_target else ""
         st = f"<= {search_target:g}" if search_target else ""
-        print(f"{what:<46} {wall:>7.2f} {wt:>7} {search:>9} {st:>7}  {answer}  (exit {p.returncode})")
+        print(f"{what:<46} {wall:>7.2f} {wt:>7} {search:>9} {st:>7} {cpu:>6.2f}  {answer}  (exit {p.returncode})")
 
 
 def main() -> None:
