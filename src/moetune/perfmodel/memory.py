@@ -185,6 +185,14 @@ def _layer_split(model: ModelArch, mixer: str, mlp: str, tp: int, ep: int, etp: 
 
 
 @memo(maxsize=4096)
+def _largest_layer(model: ModelArch, tp: int, ep: int, etp: int) -> float:
+    """The (dense + expert) params one rank holds of the model's largest decoder layer (:func:`_layer_split`): what
+    Megatron-FSDP gathers unsharded at once (:func:`_model_state`)."""
+    return max(sum(_layer_split(model, a, b, tp, ep, etp)[:2])
+               for a, b in zip(model.mixer_pattern, model.mlp_pattern, strict=True))
+
+
+@memo(maxsize=4096)
 def _mtp_split(model: ModelArch, tp: int, ep: int, etp: int) -> tuple[float, float, float]:
     dense, expert, lin = _split(mtp_block_params(model), tp, ep, etp)
     h = model.hidden_size
@@ -798,8 +806,7 @@ def _rank_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: in
     vocab_padded = m.padded_vocab_size(lay.tp)
     largest_layer = 0.0
     if f.use_megatron_fsdp:
-        largest_layer = max(sum(_layer_split(m, a, b, lay.tp, lay.ep, lay.expert_tp)[:2])
-                            for a, b in zip(m.mixer_pattern, m.mlp_pattern, strict=True))
+        largest_layer = _largest_layer(m, lay.tp, lay.ep, lay.expert_tp)
     per_job = (state_bytes(job), *shard_sizes(job))
     params = _all_rank_params(m, lay)
     lora = lora_rank_params(job)
