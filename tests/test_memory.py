@@ -358,3 +358,27 @@ def test_time_only_features_do_not_change_memory():
         got = estimate_memory(other)
         assert [s.reserved_gib for s in got.stages] == [s.reserved_gib for s in ref.stages], field
         assert got.peak_allocated_gib == ref.peak_allocated_gib
+
+
+@pytest.mark.parametrize("model,gpus,lay,upd", [
+    ("DeepSeek-V3", 256, Layout(tp=1, pp=1, ep=64), {"cpu_offloading": True, "cpu_offloading_num_layers": 23}),
+    ("Qwen3-30B-A3B", 256, Layout(tp=2, pp=4, vpp=2, ep=32),
+     {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep", "cuda_graph_impl": "local",
+      "cuda_graph_scope": ("full_iteration",), "moe_expert_rank_capacity_factor": 1.5, "moe_paged_stash": True}),
+    ("Llama-3-70B", 64, Layout(tp=2, pp=1), {"use_megatron_fsdp": True, "data_parallel_sharding_strategy":
+                                             "optim_grads_params", "use_distributed_optimizer": True,
+                                             "cpu_offloading": True, "cpu_offloading_num_layers": 40}),
+])
+def test_model_state_does_not_read_the_tail_features(model, gpus, lay, upd):
+    """The model state and schedule (``_rank_state_of``) of a job's static features equal those of its
+    ``state_features`` (:data:`moetune.perfmodel.memory.TAIL_FEATURES` at their defaults), so the memo may share them."""
+    f = Features().model_copy(update={"sequence_parallel": lay.tp > 1, **upd})
+    sf = mem.static_features(f)
+    assert mem.state_features(f) != sf
+    args = (get_model(model), lay, get_system("DGX-H100"), gpus, 1024, 1, 4096)
+    got = mem._rank_state_of.__wrapped__(*args, mem.state_features(f))
+    want = mem._rank_state_of.__wrapped__(*args, sf)
+    assert got[:2] == want[:2]
+    for a, b in zip(got[2], want[2], strict=True):
+        assert a[0] == b[0] and a[1] == b[1] and a[2] == b[2] and a[4] == b[4]
+        assert a[3].tolist() == b[3].tolist()

@@ -737,8 +737,13 @@ def fits_capacity(device_gib: float, capacity_gib: float, headroom: float) -> bo
 ACTIVATION_ONLY_FEATURES = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules")
 #: Features fields that the model state and the schedule (:func:`_rank_state_of`) do not read besides
 #: :data:`ACTIVATION_ONLY_FEATURES`: the dispatcher (its buffers are runtime tail, the allgather dispatcher's gather
-#: is an activation) and CUDA graphs (graphed activations, static graph buffers and pools)
-TAIL_FEATURES = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "cuda_graph_impl", "cuda_graph_scope")
+#: is an activation), CUDA graphs (graphed activations, static graph buffers and pools) and the fields below
+#: (tests/test_memory.py checks that the model state and schedule do not change with any of them)
+TAIL_FEATURES = ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "cuda_graph_impl", "cuda_graph_scope",
+                 # layer-level CPU offloading (activations, :func:`chunk_features`) and the HybridEP rank capacity
+                 # budget / paged stash of a whole-iteration graph (runtime tail): the planner's layer-offload and
+                 # graph variants of a layout share the model state too
+                 "cpu_offloading", "cpu_offloading_num_layers", "moe_expert_rank_capacity_factor", "moe_paged_stash")
 
 
 @memo(maxsize=65536)
