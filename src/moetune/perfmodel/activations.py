@@ -122,8 +122,18 @@ class ActConfig:
 
     @property
     def tokens_sp(self) -> float:
-        """Tokens in sequence-parallel regions (norms, residual, router, dispatcher input)."""
-        return self.tokens / self.tp if (self.sp and self.tp > 1) else self.tokens
+        """Tokens in sequence-parallel regions (norms, residual, router, dispatcher input): :func:`sp_tokens`."""
+        return sp_tokens(self.seq, self.mbs, self.tp, self.cp, self.sp)
+
+
+def sp_tokens(seq: int, mbs: int, tp: int, cp: int, sp: bool) -> float:
+    """Tokens of one microbatch that one rank holds in sequence-parallel regions: s·b/(CP·TP) with sequence
+    parallelism (TP > 1), s·b/CP without. Megatron-Core shards the sequence over CP (``get_batch_on_this_cp_rank``)
+    and, with ``--sequence-parallel``, over TP outside the TP-split GEMMs (tensor_parallel/mappings.py
+    ``scatter_to_sequence_parallel_region``); this is the residual stream, the router input and what the MoE token
+    dispatcher receives (moe/token_dispatcher.py: ``hidden_states.view(-1, hidden)`` of the sequence-parallel shard)."""
+    tokens = seq * mbs / cp
+    return tokens / tp if (sp and tp > 1) else tokens
 
 
 _ACT_FIELDS = tuple(f for f in ActConfig.__dataclass_fields__ if f != "_hash")

@@ -15,10 +15,13 @@ Constants come from ``catalog/memory.yaml`` with their sources.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moetune.catalog.memory_constants import const
+from moetune.perfmodel.activations import sp_tokens
+from moetune.perfmodel.comm import domains_spanned
 from moetune.spec.job import Job
 
 GIB = float(1 << 30)
@@ -73,6 +76,73 @@ def communicators(job: Job) -> dict[str, int]:
     return {k: v for k, v in groups.items() if v > 1}
 
 
+def hybridep_buffer_bytes(hidden: int, tokens_per_rank: float, local_experts: int, ranks_per_domain: int,
+                          domains: int, *, fp8: bool = False, shared: bool = True) -> tuple[float, float]:
+    """(NVLink-registered bytes, RDMA bytes) that one rank's HybridEP buffer allocates at construction: device memory
+    outside the PyTorch allocator (``cudaMalloc`` / the fabric allocator), held for the whole run.
+
+    Source: DeepEP ``hybrid-ep`` branch @94a9f8f. ``deep_ep/hybrid_ep_buffer.py::HybridEPBuffer.__init__`` splits the
+    group into ``ranks_per_domain`` R (the ranks it can reach over NVLink, ``detect_accessible_ranks``) × ``domains``
+    N and builds ``Configurer`` (csrc/hybrid_ep/config.cuh), which pads the token capacity to
+    T = ceil(max(tokens, 512) / 64)·64 (``hybrid_ep_pad_num_of_tokens_per_rank``, combine chunk 64). With
+    M = T·R·N (the worst case: every token of the group lands on this rank), H = ``hidden``, L = ``local_experts``,
+    s = 2 bytes per BF16 element (1 with FP8) and FP32 probabilities / scales (one scale per 128 elements):
+
+    * ``buffer/intranode.cu`` ``NVLCoordinator::allocate_combine_buffers``: expert-input tokens M·H·2 and probs
+      M·L·R·4; ``allocate_dispatch_buffers``: the FP32 scaling factors M·(H/128)·4, and, only without
+      ``use_shared_buffer`` (default True: dispatch reuses the combine buffers), tokens M·H·s and probs M·L·R·4;
+    * ``extension/allgather.cu`` ``CustomAllgather::allocate_ag_buffer``: the gathered boolean routing map
+      (L·R·N experts) × M;
+    * N > 1, ``buffer/internode_doca.cu`` (``internode_nixl.cu`` the same) ``RDMACoordinator::allocate_dispatch_buffers``:
+      the rank's own tokens T·H·s, probs T·L·R·N·4 and scales T·(H/128)·4, plus the same per remote domain
+      (T·(N−1)·(H·s + L·R·4 + H/128·4)); ``allocate_combine_buffers``: two staging copies per remote domain,
+      2·T·(N−1)·(H·2 + L·R·4).
+
+    Synchronisation flags (a few KiB) are left out. Megatron-Core creates the buffer once per process at the first
+    dispatch (megatron/core/transformer/moe/fused_a2a.py ``HybridEPDispatch.forward`` → ``init_hybrid_ep_buffer``
+    with ``num_tokens`` = the rows of the dispatcher input, ``fp8_dispatch = False``: FP8 dispatch is not supported);
+    ``moe_expert_rank_capacity_factor`` sizes only the permuted expert tensors (torch activations), not this buffer.
+    Constants: catalog ``hybridep_buffer``."""
+    c = const("hybridep_buffer")
+    dt = const("dtype_bytes")
+    chunk = c["tokens_per_chunk"]
+    t = math.ceil(max(tokens_per_rank, c["min_tokens_per_rank"]) / chunk) * chunk
+    m = t * ranks_per_domain * domains
+    s, bf16, f32 = dt["fp8" if fp8 else "bf16"], dt["bf16"], dt["fp32"]
+    scales = hidden // c["scale_block"]
+    probs = local_experts * ranks_per_domain
+    nvl = m * (hidden * bf16 + probs * f32) + m * scales * f32
+    if not shared:
+        nvl += m * (hidden * s + probs * f32)
+    nvl += local_experts * ranks_per_domain * domains * m * c["routing_map_bytes"]
+    rdma = 0.0
+    if domains > 1:
+        remote = domains - 1
+        rdma = t * (hidden * s + local_experts * ranks_per_domain * domains * f32 + scales * f32)
+        rdma += t * remote * (hidden * s + probs * f32 + scales * f32)
+        rdma += 2 * t * remote * (hidden * bf16 + probs * f32)
+    return float(nvl), float(rdma)
+
+
+def _hybridep_item(job: Job) -> tuple[str, float, str, Callable[[], str]]:
+    """The ``hybridep_buffers`` tail item of a flex/HybridEP job: :func:`hybridep_buffer_bytes` of its MoE
+    communication group (Megatron-Core ``MoEFlexTokenDispatcher``: the ETP×EP group, ``num_local_experts`` = E / EP,
+    input rows = the sequence-parallel tokens of one microbatch, :func:`moetune.perfmodel.activations.sp_tokens`)."""
+    lay, f = job.layout, job.features
+    group = lay.ep * lay.expert_tp
+    domains, per_domain = domains_spanned(group, 1, job.system.nvlink_domain)
+    tokens = sp_tokens(job.seq_length, job.micro_batch_size, lay.tp, lay.cp, f.sequence_parallel)
+    local = (job.model.num_moe_experts or 0) // lay.ep
+    nvl, rdma = hybridep_buffer_bytes(job.model.hidden_size, tokens, local, per_domain, domains)
+
+    def text() -> str:
+        where = f"{per_domain} ranks per NVLink domain" + (f" x {domains} domains" if domains > 1 else "")
+        return (f"HybridEP buffers for {tokens:.0f} tokens per rank, {where}: {nvl / GIB:.2f} GiB NVLink"
+                + (f" + {rdma / GIB:.2f} GiB RDMA" if rdma else "") + " (DeepEP hybrid-ep Configurer / NVLCoordinator"
+                + (" / RDMACoordinator" if rdma else "") + ")")
+    return "hybridep_buffers", (nvl + rdma) / GIB, "non_torch", text
+
+
 def runtime_tail(job: Job, *, activation_peak_bytes: float, allocated_peak_bytes: float) -> RuntimeTail:
     """All tail items for one rank. ``activation_peak_bytes`` / ``allocated_peak_bytes`` size the full-iteration
     graph pool and the fragmentation. (Static buffers of CUDA-graphed modules are part of the allocated peak and are
@@ -113,8 +183,7 @@ def tail_builder(job: Job):
         ep_span = job.layout.ep * job.layout.expert_tp
         internode = ep_span > job.system.nvlink_domain
         if (f.moe_flex_dispatcher_backend or "deepep") == "hybridep":
-            item = ("hybridep_buffers", const("hybridep_buffer_gib"), "non_torch",
-                    lambda: "HybridEP dispatch/combine buffers (catalog hybridep_buffer_gib)")
+            item = _hybridep_item(job)
         else:
             item = ("deepep_buffers", const("deepep_buffer_gib")["internode" if internode else "intranode"],
                     "non_torch",
