@@ -109,6 +109,9 @@ class LayerType:
     a2a_inter: float
     is_moe: bool
     launches: H.LayerLaunches
+    #: forward bytes one rank sends in the Mamba CP all-to-alls (:func:`moetune.perfmodel.comm.mamba_cp_bytes_per_layer`;
+    #: exposed, unlike attention's p2p ring)
+    cp_a2a_bytes: float = 0.0
 
 
 @dataclass(eq=False)
@@ -248,6 +251,7 @@ class LayerInputs(NamedTuple):
     expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
     static_expert_shapes: bool  #: :func:`moetune.perfmodel.routing.static_expert_shapes` (no per-layer host sync)
     ep_overlap: bool  #: ``overlap_moe_expert_parallel_comm`` with EP > 1: the combined 1F1B schedule's nodes (host)
+    shared_expert_overlap: bool  #: ``moe_shared_expert_overlap``: the shared expert's TP collectives beside the dispatch
     lora_targets: tuple[str, ...] = ()  #: ``lora_target_modules`` when the task is LoRA, else ()
     lora_dim: int = 0  #: ``lora_dim`` when the task is LoRA, else 0
 
@@ -266,6 +270,7 @@ class LayerInputs(NamedTuple):
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
                    f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
                    static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1),
+                   f.moe_shared_expert_overlap,
                    *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora" else ((), 0)))
 
 
@@ -363,11 +368,13 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
             ctx = comps.get("core_attention", 0.0) / (4.0 * model.num_attention_heads * hd) * 2
             wl.mem(t_a * K.unfused_attention_bytes(model.num_attention_heads / tp, ctx), tag="core_attn", layer=i,
                    stream=True)
+    mamba_cp = 0.0
     if mixer == "M":
         heads = float(model.mamba_num_heads or (2 * h) // (model.mamba_head_dim or 64))
         pdim = float(model.mamba_head_dim or 64)
-        wl.mem(t_a / tp * K.mamba_bytes(heads * pdim, float(model.mamba_num_groups or 1),
-                                        float(model.mamba_state_dim or 128), heads, pdim), tag="mixer", layer=i)
+        groups, d_state = float(model.mamba_num_groups or 1), float(model.mamba_state_dim or 128)
+        wl.mem(t_a / tp * K.mamba_bytes(heads * pdim, groups, d_state, heads, pdim), tag="mixer", layer=i)
+        mamba_cp = C.mamba_cp_bytes_per_layer(t_a, heads * pdim, heads, groups, d_state, tp, cp)
     if mlp != "_":
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mlp == "D":
@@ -385,7 +392,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
     if quant and cast_elems:
         wl.mem(t_gpu * K.cast_bytes(cast_elems, qb), tag="other", layer=i)
     # communication
-    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp)
+    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp, shared=bool(model.moe_shared_expert_intermediate_size)
+                                      and not inp.shared_expert_overlap)
     tp_bytes = n_tp * t_a * h * C.BF16
     if not feat.sequence_parallel and tp > 1:
         tp_bytes *= 2  # all-reduce instead of AG/RS
@@ -417,7 +425,7 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 dispatcher=feat.moe_token_dispatcher_type,
                                 flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=n_lora_attn,
                                 lora_mlp=n_lora - n_lora_attn)
-    return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
+    return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches, mamba_cp)
 
 
 #: the base linears whose input dimension is split over TP (row-parallel: ``input_is_parallel`` in Bridge's adapter)
@@ -897,6 +905,8 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
                           sm_frac=q.tp_overlap_sm_frac)
     cp_comm = 2 * lt.cp_bytes / (q.cp_busbw * 1e9) if q.cp > 1 else 0.0
     cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=q.cp_comm_type)
+    if lt.cp_a2a_bytes > 0 and q.cp > 1:
+        cp_exp += 2 * lt.cp_a2a_bytes / (q.cp_busbw * 1e9)  # Mamba CP all-to-alls sit on the critical path
     a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s)
                if lt.is_moe else 0.0)
     rec_a2a = q.recompute_a2a * a2a_one
