@@ -151,3 +151,13 @@ def test_flex_internode_reproduces_the_hybrid_ep_h100_table(ep, logical_gbs):
                              latency_us={"nvlink": 10.0, "network": 20.0, "per_remote_peer": 0.5})
     model_s = C.a2a_seconds(intra, inter, 450 * 0.8, nic, lat)
     assert model_s == pytest.approx(measured_s, rel=0.05)
+
+
+def test_group_a2a_seconds_splits_peers_by_nvlink_domain():
+    """An all-to-all over a strided group: peers in the rank's NVLink domain over NVLink, the others over the NIC,
+    concurrently, after each call's start-up."""
+    # CP 2 at stride TP 2 on an 8-GPU domain: the one peer is local
+    assert C.group_a2a_seconds(100e9, 2, 2, 8, 100.0, 10.0, 1e-3, calls=6) == pytest.approx(6e-3 + 1.0)
+    # CP 4 at stride 4 spans two domains, two ranks in each: 1 of 3 peers local
+    assert C.group_a2a_seconds(90e9, 4, 4, 8, 100.0, 10.0, 0.0) == pytest.approx(max(30 / 100, 60 / 10))
+    assert C.group_a2a_seconds(90e9, 1, 4, 8, 100.0, 10.0, 1e-3) == 0.0

@@ -186,6 +186,23 @@ def mamba_cp_bytes_per_layer(tokens_local: float, d_inner: float, n_heads: float
     return tokens_local * width * BF16 * (cp - 1) / cp
 
 
+#: all-to-all calls of one Mamba layer's forward under CP (:func:`mamba_cp_bytes_per_layer`: z, x, B, C, dt, y)
+MAMBA_CP_A2AS = 6
+
+
+def group_a2a_seconds(sent_bytes: float, n: int, stride: int, domain: int, nvlink_a2a_gbs: float,
+                      nic_a2a_gbs: float, latency_s: float, calls: int = 1) -> float:
+    """Seconds of ``calls`` NCCL all-to-alls over a group of ``n`` ranks with ``stride`` (e.g. the CP group, stride
+    TP) in which one rank sends ``sent_bytes`` in all, the same to each of its n − 1 peers: the share for peers inside
+    its NVLink domain crosses NVLink, the rest its NIC, concurrently (:func:`a2a_seconds`), after each call's
+    start-up ``latency_s`` (:func:`a2a_latency_s`)."""
+    if n <= 1 or sent_bytes <= 0:
+        return 0.0
+    _, n_in = domains_spanned(n, stride, domain)
+    intra = sent_bytes * (n_in - 1) / (n - 1)
+    return calls * latency_s + a2a_seconds(intra, sent_bytes - intra, nvlink_a2a_gbs, nic_a2a_gbs)
+
+
 def cp_bytes_per_layer(tokens_local: float, kv_width: float, cp: int, cp_comm_type: str) -> float:
     """Bytes one rank sends for one attention layer's forward under context parallelism.
 

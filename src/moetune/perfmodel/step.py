@@ -871,6 +871,9 @@ class PriceInputs(NamedTuple):
     tp_overlap_splits: int
     tp_overlap_sm_frac: float
     cp_comm_type: str
+    nvlink_domain: int  #: GPUs per NVLink domain (the CP group's all-to-alls, :func:`comm.group_a2a_seconds`)
+    cp_a2a_nic_gbs: float  #: NIC rate of an all-to-all's inter-node bytes: raw x ``a2a_wire_eff`` (comm module doc)
+    cp_a2a_latency_s: float  #: start-up of one all-to-all over the CP group (:func:`comm.a2a_latency_s`)
     graph_launch_us: float
     native_launch_us: float
     host_sync_us: float
@@ -905,8 +908,9 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
                           sm_frac=q.tp_overlap_sm_frac)
     cp_comm = 2 * lt.cp_bytes / (q.cp_busbw * 1e9) if q.cp > 1 else 0.0
     cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=q.cp_comm_type)
-    if lt.cp_a2a_bytes > 0 and q.cp > 1:
-        cp_exp += 2 * lt.cp_a2a_bytes / (q.cp_busbw * 1e9)  # Mamba CP all-to-alls sit on the critical path
+    if lt.cp_a2a_bytes > 0 and q.cp > 1:  # Mamba CP all-to-alls (fwd + bwd) sit on the critical path
+        cp_exp += 2 * C.group_a2a_seconds(lt.cp_a2a_bytes, q.cp, q.tp, q.nvlink_domain, r.nvlink_a2a_gbs,
+                                          q.cp_a2a_nic_gbs, q.cp_a2a_latency_s, C.MAMBA_CP_A2AS)
     a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s)
                if lt.is_moe else 0.0)
     rec_a2a = q.recompute_a2a * a2a_one
@@ -1009,6 +1013,8 @@ def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: i
                   grad_accum_bytes, _fp8_attention(feat), feat.task == "lora")
     tp_busbw = C.bus_bandwidth(tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     cp_busbw = C.bus_bandwidth(cp, tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
+    cp_dom, cp_in = C.domains_spanned(cp, tp, sysm.nvlink_domain)
+    cp_lat = C.a2a_latency_s(cp_dom - 1, cp - cp_in, consts["a2a_latency_us"]) if cp > 1 else 0.0
     n_sms = 0
     if feat.moe_token_dispatcher_type == "flex":
         n_sms = feat.moe_flex_dispatcher_num_sms or (consts["deepep_sms"] if feat.moe_flex_dispatcher_backend
@@ -1020,6 +1026,7 @@ def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: i
         r, recompute_frac, full_recompute_frac, recompute_a2a, tp, cp,
         tp_busbw, cp_busbw, feat.tp_comm_overlap and tp > 1 and feat.sequence_parallel,
         consts["tp_overlap_splits"], consts["tp_overlap_sms"] / sysm.gpu.sm_count, feat.cp_comm_type,
+        sysm.nvlink_domain, sysm.scaleout_bw_gbs * eff["a2a_wire_eff"], cp_lat,
         consts["graph_launch_us"], consts["native_launch_us"], consts["host_sync_us"])
     return r, sm_frac, q
 
