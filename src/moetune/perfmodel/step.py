@@ -375,6 +375,9 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         groups, d_state = float(model.mamba_num_groups or 1), float(model.mamba_state_dim or 128)
         wl.mem(t_a / tp * K.mamba_bytes(heads * pdim, groups, d_state, heads, pdim), tag="mixer", layer=i)
         mamba_cp = C.mamba_cp_bytes_per_layer(t_a, heads * pdim, heads, groups, d_state, tp, cp)
+        if cp > 1:  # the layout copies around those all-to-alls
+            wl.mem(t_a * K.mamba_cp_copy_bytes(heads * pdim / tp, groups / tp, d_state, heads / tp, cp), tag="mixer",
+                   layer=i)
     if mlp != "_":
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mlp == "D":
