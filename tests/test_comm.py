@@ -59,6 +59,37 @@ def test_tp_collectives_per_layer():
     assert C.tp_collectives_per_layer("A", "D", 1, 4) == 4
     assert C.tp_collectives_per_layer("A", "E", 1, 4) == 2  # ETP1 MoE adds none
     assert C.tp_collectives_per_layer("A", "E", 4, 4) == 4
+
+
+def test_shared_expert_tp_collectives_use_the_attention_tp_group():
+    """Megatron-Core ``SharedExpertMLP`` is an ``MLP`` on ``pg_collection.tp``: with SP it all-gathers its input and
+    reduce-scatters its output over the attention TP group at any ETP (shared_experts.py)."""
+    assert C.tp_collectives_per_layer("A", "E", 1, 4, shared=True) == 4  # attention 2 + shared expert 2
+    assert C.tp_collectives_per_layer("A", "E", 4, 4, shared=True) == 6  # + the routed experts' ETP pair
+    assert C.tp_collectives_per_layer("_", "E", 1, 2, shared=True) == 2  # hybrid model's MoE-only layer
+    # no TP, or a layer without a MoE block: nothing to add
+    assert C.tp_collectives_per_layer("A", "E", 1, 1, shared=True) == 0
+    assert C.tp_collectives_per_layer("A", "D", 1, 4, shared=True) == 4
+    assert C.tp_collectives_per_layer("M", "_", 1, 4, shared=True) == 2
+
+
+def test_mamba_cp_bytes_match_the_all_to_all_shapes():
+    """Hand count of MambaContextParallel.pre_conv_ssm / post_conv_ssm (mamba_context_parallel.py): five cp2hp
+    all-to-alls (z, x, B, C, dt) and one hp2cp (y), each keeping 1/CP of its [s/CP, b, width] input."""
+    s, b, tp, cp = 8192, 1, 2, 4
+    heads, hdim, groups, d_state = 64, 64, 8, 128  # Nemotron-3-Nano's mixer
+    t = s * b / cp
+    d_inner_tp = heads * hdim / tp                      # z, x, y: [t, 2048]
+    ng_tp = groups // tp                                # 4 groups per TP rank = CP: no repeat
+    widths = [d_inner_tp, d_inner_tp, ng_tp * d_state, ng_tp * d_state, heads / tp, d_inner_tp]
+    want = sum(t * w * 2 * (cp - 1) / cp for w in widths)
+    got = C.mamba_cp_bytes_per_layer(t, heads * hdim, heads, groups, d_state, tp, cp)
+    assert got == pytest.approx(want)
+    # 2 groups over TP 2 = 1 group per TP rank < CP 4: B and C are repeated 4x (group_repeat_count) before the a2a
+    rep = [d_inner_tp, d_inner_tp, 1 * 4 * d_state, 1 * 4 * d_state, heads / tp, d_inner_tp]
+    assert C.mamba_cp_bytes_per_layer(t, heads * hdim, heads, 2, d_state, tp, cp) == pytest.approx(
+        sum(t * w * 2 * (cp - 1) / cp for w in rep))
+    assert C.mamba_cp_bytes_per_layer(s * b, heads * hdim, heads, groups, d_state, tp, 1) == 0.0
     assert C.cp_bytes_per_layer(1000, 256, 1, "p2p") == 0.0
     assert C.cp_bytes_per_layer(1000, 256, 4, "p2p") == 3 * 1000 * 256 * 2
 
@@ -120,3 +151,13 @@ def test_flex_internode_reproduces_the_hybrid_ep_h100_table(ep, logical_gbs):
                              latency_us={"nvlink": 10.0, "network": 20.0, "per_remote_peer": 0.5})
     model_s = C.a2a_seconds(intra, inter, 450 * 0.8, nic, lat)
     assert model_s == pytest.approx(measured_s, rel=0.05)
+
+
+def test_group_a2a_seconds_splits_peers_by_nvlink_domain():
+    """An all-to-all over a strided group: peers in the rank's NVLink domain over NVLink, the others over the NIC,
+    concurrently, after each call's start-up."""
+    # CP 2 at stride TP 2 on an 8-GPU domain: the one peer is local
+    assert C.group_a2a_seconds(100e9, 2, 2, 8, 100.0, 10.0, 1e-3, calls=6) == pytest.approx(6e-3 + 1.0)
+    # CP 4 at stride 4 spans two domains, two ranks in each: 1 of 3 peers local
+    assert C.group_a2a_seconds(90e9, 4, 4, 8, 100.0, 10.0, 0.0) == pytest.approx(max(30 / 100, 60 / 10))
+    assert C.group_a2a_seconds(90e9, 1, 4, 8, 100.0, 10.0, 1e-3) == 0.0

@@ -63,6 +63,18 @@ def test_memory_kernels_and_byte_counts():
     assert abs(t[0] - 1.0) < 1e-12
 
 
+def test_mamba_cp_copy_bytes_count_the_layout_copies():
+    """Hand count of the copies around MambaContextParallel's all-to-alls (mamba_context_parallel.py, mappings.py):
+    split + cat before each cp2hp all-to-all, the cat of z x B C dt, the load-balancing re-order (three read + write
+    passes of the sent width), the B / C repeat when groups < CP, and two passes of y after the SSM."""
+    d, g, n, h = 2048, 4, 128, 32  # Nemotron-3-Nano's mixer per TP rank at TP 2
+    sent = 2 * d + 2 * 4 * n + h  # CP 4 = groups: no repeat
+    assert K.mamba_cp_copy_bytes(d, g, n, h, 4) == (6 * sent + 4 * d) * 2
+    sent8 = 2 * d + 2 * 8 * n + h  # CP 8 > 4 groups: B and C repeated to 8 group states each
+    assert K.mamba_cp_copy_bytes(d, g, n, h, 8) == (6 * sent8 + 4 * d + 2 * (4 + 8) * n) * 2
+    assert K.mamba_cp_copy_bytes(d, g, n, h, 1) == 0.0
+
+
 def test_wgrad_accumulation_makes_thin_expert_gemms_memory_bound():
     """128 experts with 2,048 tokens each (EP1) vs 16 experts with 16,384 (EP8), same FLOPs per GPU: the FP32
     main-gradient read + write of the wgrad epilogue scales with the experts held, not with the tokens."""

@@ -103,6 +103,9 @@ def test_min_world_size_lcm(layout, expected):
         ),
         (moe(mixer="M", mamba_num_heads=64, mamba_num_groups=8), Layout(pp=2, vpp=2), 2, {}, "PAR-034"),
         (moe(mixer="M", mamba_num_heads=48, mamba_num_groups=6), Layout(tp=4), 4, {}, "mamba_num_groups"),
+        # MambaContextParallel.__init__: heads/TP % CP, groups/TP and CP one a multiple of the other
+        (moe(mixer="M", mamba_num_heads=24, mamba_num_groups=8), Layout(tp=2, cp=8), 16, {}, "mamba_num_heads/TP"),
+        (moe(mixer="M", mamba_num_heads=48, mamba_num_groups=6), Layout(tp=2, cp=2), 4, {}, "mamba_num_groups/TP"),
     ],
 )
 def test_every_layout_error(model, layout, gpus, kwargs, rule):

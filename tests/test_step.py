@@ -325,3 +325,57 @@ def test_ep_overlap_prices_the_schedule_nodes_host_work_on_every_layer():
     one = qwen_job(overlap_moe_expert_parallel_comm=True).with_(layout=Layout(tp=1, pp=1, ep=1))
     assert launches(one) == launches(qwen_job(overlap_moe_expert_parallel_comm=False).with_(
         layout=Layout(tp=1, pp=1, ep=1)))
+
+
+def _moe_layer_types(job):
+    from moetune.perfmodel.step import build_profile
+
+    return {k: lt for k, lt in build_profile(job).types.items() if k[1] == "E"}
+
+
+def test_shared_expert_tp_collectives_are_priced_at_etp1_unless_overlapped():
+    """Nemotron-3-Nano (shared expert 3712) at TP 2, ETP 1: each MoE layer pays the shared expert's SP all-gather and
+    reduce-scatter of the full [s, b, h] tensor over the attention TP group (shared_experts.py), which
+    ``moe_shared_expert_overlap`` moves beside the dispatch; at TP 1 there is none."""
+    def job(tp, **feat):
+        f = dict(precision="bf16", moe_token_dispatcher_type="alltoall", moe_router_force_load_balancing=True)
+        f.update(feat)
+        return Job(model=get_model("Nemotron-3-Nano"), system=get_system("DGX-H100"), gpus=16,
+                   global_batch_size=256, micro_batch_size=1, seq_length=8192, layout=Layout(tp=tp, pp=1, ep=8),
+                   features=Features(**f))
+
+    h = get_model("Nemotron-3-Nano").hidden_size
+    plain, hidden = _moe_layer_types(job(2)), _moe_layer_types(job(2, moe_shared_expert_overlap=True))
+    assert plain and plain.keys() == hidden.keys()
+    for key, lt in plain.items():
+        assert hidden[key].tp_bytes == 0.0  # MoE-only layers of the hybrid pattern: no attention collectives
+        assert lt.tp_bytes == pytest.approx(2 * 8192 * h * 2)  # AG + RS of [s, b, h] BF16
+    assert all(lt.tp_bytes == 0.0 for lt in _moe_layer_types(job(1)).values())
+    slow, fast = estimate_time(job(2)), estimate_time(job(2, moe_shared_expert_overlap=True))
+    assert slow.walls["comm_tp"].seconds > fast.walls["comm_tp"].seconds
+
+
+def test_mamba_context_parallel_all_to_alls_are_priced():
+    """Nemotron-3-Nano's Mamba layers under CP 2 pay the sequence/head all-to-alls of mamba_context_parallel.py
+    (comm.mamba_cp_bytes_per_layer, fully exposed); CP 1 and the attention / MoE layers pay none of them."""
+    from moetune.perfmodel import comm as C
+    from moetune.perfmodel.step import build_profile
+
+    def job(cp):
+        return Job(model=get_model("Nemotron-3-Nano"), system=get_system("DGX-H100"), gpus=16,
+                   global_batch_size=256, micro_batch_size=1, seq_length=8192, layout=Layout(tp=1, cp=cp, pp=1, ep=8),
+                   features=Features(precision="bf16", moe_token_dispatcher_type="alltoall",
+                                     moe_router_force_load_balancing=True, sequence_parallel=False))
+
+    m = get_model("Nemotron-3-Nano")
+    types = build_profile(job(2)).types
+    for key, lt in types.items():
+        if key[0] == "M":
+            assert lt.cp_a2a_bytes == pytest.approx(C.mamba_cp_bytes_per_layer(
+                8192 / 2, m.mamba_num_heads * m.mamba_head_dim, m.mamba_num_heads, m.mamba_num_groups,
+                m.mamba_state_dim, 1, 2))
+            assert lt.cp_a2a_bytes > 0
+        else:
+            assert lt.cp_a2a_bytes == 0.0
+    assert all(lt.cp_a2a_bytes == 0.0 for lt in build_profile(job(1)).types.values())
+    assert estimate_time(job(2)).walls["comm_cp"].seconds > 0

@@ -134,10 +134,19 @@ def a2a_seconds(intra_bytes: float, inter_bytes: float, nvlink_gbs: float, nic_g
     return latency_s + max(intra_bytes / (nvlink_gbs * 1e9), inter_bytes / (nic_gbs * 1e9))
 
 
-def tp_collectives_per_layer(mixer: str, mlp: str, etp: int, tp: int) -> int:
+def tp_collectives_per_layer(mixer: str, mlp: str, etp: int, tp: int, *, shared: bool = False) -> int:
     """Forward AG+RS pairs' count of one layer under SP: attention (AG before QKV, RS after proj) and dense MLP
-    (AG before FC1, RS after FC2); a MoE block with ETP = 1 has none (its dispatcher moves the SP shards), with
-    ETP = TP it behaves like the MLP (Megatron-Core ``TransformerLayer`` with ``sequence_parallel``)."""
+    (AG before FC1, RS after FC2); a MoE block with ETP = 1 has none for its routed experts (its dispatcher moves the
+    SP shards), with ETP = TP they behave like the MLP (Megatron-Core ``TransformerLayer`` with
+    ``sequence_parallel``).
+
+    ``shared``: the MoE block has a shared expert whose collectives are not overlapped. Megatron-Core's
+    ``SharedExpertMLP`` (megatron/core/transformer/moe/shared_experts.py) is an ``MLP`` built on ``pg_collection.tp``,
+    the attention TP group, not the expert-TP group: its column-parallel FC1 all-gathers the SP-sharded input and its
+    row-parallel FC2 reduce-scatters the output, the full ``[s/CP, b, h]`` tensor each way, whatever ETP is. Only
+    ``moe_shared_expert_overlap`` moves them (``pre_forward_comm`` / ``post_forward_comm``) onto the shared-expert
+    stream beside the token dispatch, so callers pass ``shared=False`` then.
+    """
     if tp <= 1:
         return 0
     n = 0
@@ -145,7 +154,53 @@ def tp_collectives_per_layer(mixer: str, mlp: str, etp: int, tp: int) -> int:
         n += 2
     if mlp == "D" or (mlp == "E" and etp > 1):
         n += 2
+    if mlp == "E" and shared:
+        n += 2
     return n
+
+
+def mamba_cp_bytes_per_layer(tokens_local: float, d_inner: float, n_heads: float, n_groups: float, d_state: float,
+                             tp: int, cp: int) -> float:
+    """Bytes one rank sends in one Mamba layer's forward under context parallelism (BF16 activations).
+
+    Megatron-Core's Mamba CP (megatron/core/ssm/mamba_context_parallel.py, ``MambaContextParallel``) swaps the
+    sequence sharding of the ``in_proj`` output for head sharding before the convolution and SSM and back after it,
+    with ``all_to_all_sp2hp`` / ``all_to_all_hp2sp`` over the CP group (``_all_to_all_cp2hp`` / ``_all_to_all_hp2cp``):
+
+    * ``pre_conv_ssm``: five all-to-alls of the ``[s/CP, b, ·]`` slices z and x (``d_inner/TP`` wide each), B and C
+      (``ngroups_local_tp · d_state`` wide, repeated ``group_repeat_count = CP / ngroups_local_tp`` times when a
+      group is split over CP ranks, so ``max(ngroups/TP, CP) · d_state``) and dt (``nheads/TP``);
+    * ``post_conv_ssm``: one all-to-all of the SSM output y back to sequence sharding, ``[s, b, d_inner/(TP·CP)]``,
+      the same ``tokens_local · d_inner/TP`` elements (``MambaMixer._ssm_training``, the training path).
+
+    An all-to-all keeps 1/CP of its input and sends the rest. ``tokens_local`` = s·b/CP (the TP group's tokens on
+    this CP shard, after the SP all-gather of ``in_proj``). The backward sends the same bytes again (the callers'
+    factor 2).
+    """
+    if cp <= 1 or tokens_local <= 0:
+        return 0.0
+    tp = max(tp, 1)
+    width = (3 * d_inner / tp                       # z, x before; y after
+             + 2 * max(n_groups / tp, cp) * d_state  # B, C (group state repeated over the CP ranks sharing a group)
+             + n_heads / tp)                          # dt
+    return tokens_local * width * BF16 * (cp - 1) / cp
+
+
+#: all-to-all calls of one Mamba layer's forward under CP (:func:`mamba_cp_bytes_per_layer`: z, x, B, C, dt, y)
+MAMBA_CP_A2AS = 6
+
+
+def group_a2a_seconds(sent_bytes: float, n: int, stride: int, domain: int, nvlink_a2a_gbs: float,
+                      nic_a2a_gbs: float, latency_s: float, calls: int = 1) -> float:
+    """Seconds of ``calls`` NCCL all-to-alls over a group of ``n`` ranks with ``stride`` (e.g. the CP group, stride
+    TP) in which one rank sends ``sent_bytes`` in all, the same to each of its n − 1 peers: the share for peers inside
+    its NVLink domain crosses NVLink, the rest its NIC, concurrently (:func:`a2a_seconds`), after each call's
+    start-up ``latency_s`` (:func:`a2a_latency_s`)."""
+    if n <= 1 or sent_bytes <= 0:
+        return 0.0
+    _, n_in = domains_spanned(n, stride, domain)
+    intra = sent_bytes * (n_in - 1) / (n - 1)
+    return calls * latency_s + a2a_seconds(intra, sent_bytes - intra, nvlink_a2a_gbs, nic_a2a_gbs)
 
 
 def cp_bytes_per_layer(tokens_local: float, kv_width: float, cp: int, cp_comm_type: str) -> float:

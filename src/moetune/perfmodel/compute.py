@@ -263,6 +263,27 @@ def mamba_bytes(d_inner: float, ngroups: float, state: float, heads: float, head
     return conv + scan + states + gated_norm
 
 
+def mamba_cp_copy_bytes(d_inner: float, ngroups: float, state: float, heads: float, cp: int) -> float:
+    """Forward bytes per local token (s·b/CP of them) of the layout copies around a Mamba layer's CP all-to-alls
+    (widths per TP rank: ``d_inner/TP``, ``ngroups/TP``, ``heads/TP``; 0 without CP).
+
+    Megatron-Core ``MambaContextParallel`` (megatron/core/ssm/mamba_context_parallel.py) and the all-to-all helpers
+    it calls (megatron/core/tensor_parallel/mappings.py): before the SSM, ``all_to_all_sp2hp`` splits each of z, x,
+    B, C, dt along the width and concatenates the pieces along the sequence (read + write of the W' = 2·d_inner +
+    2·max(ngroups, CP)·state + heads elements sent), ``torch.cat`` joins the five results, and
+    ``_undo_attention_load_balancing`` re-orders the sequence chunks (``torch.cat``): three read + write passes of W';
+    B and C are first repeated over the CP ranks that share a group when ngroups < CP (``einops.repeat``: read
+    ngroups·state, write CP·state each). After the SSM, ``_redo_attention_load_balancing`` and ``all_to_all_hp2sp``'s
+    split + ``torch.cat`` are two read + write passes of y (d_inner). The backward mirrors them (3x convention).
+    """
+    if cp <= 1:
+        return 0.0
+    w_bc = max(ngroups, cp) * state
+    sent = 2 * d_inner + 2 * w_bc + heads
+    repeat = 2 * (ngroups + cp) * state if ngroups < cp else 0.0
+    return (3 * 2 * sent + 2 * 2 * d_inner + repeat) * BF16_BYTES
+
+
 def cp_correction_bytes(cp: int, out_width: float) -> float:
     """Forward bytes per local token of the per-step output merge of ring (``p2p``) context parallelism.
 

@@ -109,6 +109,9 @@ class LayerType:
     a2a_inter: float
     is_moe: bool
     launches: H.LayerLaunches
+    #: forward bytes one rank sends in the Mamba CP all-to-alls (:func:`moetune.perfmodel.comm.mamba_cp_bytes_per_layer`;
+    #: exposed, unlike attention's p2p ring)
+    cp_a2a_bytes: float = 0.0
 
 
 @dataclass(eq=False)
@@ -248,6 +251,7 @@ class LayerInputs(NamedTuple):
     expert_load: float  #: :func:`moetune.perfmodel.routing.expert_load` of the features
     static_expert_shapes: bool  #: :func:`moetune.perfmodel.routing.static_expert_shapes` (no per-layer host sync)
     ep_overlap: bool  #: ``overlap_moe_expert_parallel_comm`` with EP > 1: the combined 1F1B schedule's nodes (host)
+    shared_expert_overlap: bool  #: ``moe_shared_expert_overlap``: the shared expert's TP collectives beside the dispatch
     lora_targets: tuple[str, ...] = ()  #: ``lora_target_modules`` when the task is LoRA, else ()
     lora_dim: int = 0  #: ``lora_dim`` when the task is LoRA, else 0
 
@@ -266,6 +270,7 @@ class LayerInputs(NamedTuple):
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
                    f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
                    static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1),
+                   f.moe_shared_expert_overlap,
                    *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora" else ((), 0)))
 
 
@@ -363,11 +368,16 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
             ctx = comps.get("core_attention", 0.0) / (4.0 * model.num_attention_heads * hd) * 2
             wl.mem(t_a * K.unfused_attention_bytes(model.num_attention_heads / tp, ctx), tag="core_attn", layer=i,
                    stream=True)
+    mamba_cp = 0.0
     if mixer == "M":
         heads = float(model.mamba_num_heads or (2 * h) // (model.mamba_head_dim or 64))
         pdim = float(model.mamba_head_dim or 64)
-        wl.mem(t_a / tp * K.mamba_bytes(heads * pdim, float(model.mamba_num_groups or 1),
-                                        float(model.mamba_state_dim or 128), heads, pdim), tag="mixer", layer=i)
+        groups, d_state = float(model.mamba_num_groups or 1), float(model.mamba_state_dim or 128)
+        wl.mem(t_a / tp * K.mamba_bytes(heads * pdim, groups, d_state, heads, pdim), tag="mixer", layer=i)
+        mamba_cp = C.mamba_cp_bytes_per_layer(t_a, heads * pdim, heads, groups, d_state, tp, cp)
+        if cp > 1:  # the layout copies around those all-to-alls
+            wl.mem(t_a * K.mamba_cp_copy_bytes(heads * pdim / tp, groups / tp, d_state, heads / tp, cp), tag="mixer",
+                   layer=i)
     if mlp != "_":
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mlp == "D":
@@ -385,7 +395,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
     if quant and cast_elems:
         wl.mem(t_gpu * K.cast_bytes(cast_elems, qb), tag="other", layer=i)
     # communication
-    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp)
+    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp, shared=bool(model.moe_shared_expert_intermediate_size)
+                                      and not inp.shared_expert_overlap)
     tp_bytes = n_tp * t_a * h * C.BF16
     if not feat.sequence_parallel and tp > 1:
         tp_bytes *= 2  # all-reduce instead of AG/RS
@@ -417,7 +428,7 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 dispatcher=feat.moe_token_dispatcher_type,
                                 flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=n_lora_attn,
                                 lora_mlp=n_lora - n_lora_attn)
-    return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches)
+    return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches, mamba_cp)
 
 
 #: the base linears whose input dimension is split over TP (row-parallel: ``input_is_parallel`` in Bridge's adapter)
@@ -863,6 +874,9 @@ class PriceInputs(NamedTuple):
     tp_overlap_splits: int
     tp_overlap_sm_frac: float
     cp_comm_type: str
+    nvlink_domain: int  #: GPUs per NVLink domain (the CP group's all-to-alls, :func:`comm.group_a2a_seconds`)
+    cp_a2a_nic_gbs: float  #: NIC rate of an all-to-all's inter-node bytes: raw x ``a2a_wire_eff`` (comm module doc)
+    cp_a2a_latency_s: float  #: start-up of one all-to-all over the CP group (:func:`comm.a2a_latency_s`)
     graph_launch_us: float
     native_launch_us: float
     host_sync_us: float
@@ -897,6 +911,9 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
                           sm_frac=q.tp_overlap_sm_frac)
     cp_comm = 2 * lt.cp_bytes / (q.cp_busbw * 1e9) if q.cp > 1 else 0.0
     cp_exp = S.cp_exposed(cp_comm, 3 * a, cp_comm_type=q.cp_comm_type)
+    if lt.cp_a2a_bytes > 0 and q.cp > 1:  # Mamba CP all-to-alls (fwd + bwd) sit on the critical path
+        cp_exp += 2 * C.group_a2a_seconds(lt.cp_a2a_bytes, q.cp, q.tp, q.nvlink_domain, r.nvlink_a2a_gbs,
+                                          q.cp_a2a_nic_gbs, q.cp_a2a_latency_s, C.MAMBA_CP_A2AS)
     a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s)
                if lt.is_moe else 0.0)
     rec_a2a = q.recompute_a2a * a2a_one
@@ -999,6 +1016,8 @@ def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: i
                   grad_accum_bytes, _fp8_attention(feat), feat.task == "lora")
     tp_busbw = C.bus_bandwidth(tp, 1, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
     cp_busbw = C.bus_bandwidth(cp, tp, sysm.nvlink_domain, r.nvlink_gbs, r.nic_gbs)
+    cp_dom, cp_in = C.domains_spanned(cp, tp, sysm.nvlink_domain)
+    cp_lat = C.a2a_latency_s(cp_dom - 1, cp - cp_in, consts["a2a_latency_us"]) if cp > 1 else 0.0
     n_sms = 0
     if feat.moe_token_dispatcher_type == "flex":
         n_sms = feat.moe_flex_dispatcher_num_sms or (consts["deepep_sms"] if feat.moe_flex_dispatcher_backend
@@ -1010,6 +1029,7 @@ def _price_context(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: i
         r, recompute_frac, full_recompute_frac, recompute_a2a, tp, cp,
         tp_busbw, cp_busbw, feat.tp_comm_overlap and tp > 1 and feat.sequence_parallel,
         consts["tp_overlap_splits"], consts["tp_overlap_sms"] / sysm.gpu.sm_count, feat.cp_comm_type,
+        sysm.nvlink_domain, sysm.scaleout_bw_gbs * eff["a2a_wire_eff"], cp_lat,
         consts["graph_launch_us"], consts["native_launch_us"], consts["host_sync_us"])
     return r, sm_frac, q
 

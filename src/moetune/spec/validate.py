@@ -5,7 +5,9 @@ Every check names the rule of docs/rules.md §2 it implements and the Megatron s
 * PAR-001 ``W % (TP·CP·PP)`` and PAR-002 ``W % (ETP·EP·PP)`` — ``parallel_state.initialize_model_parallel``.
 * PAR-019 heads % TP, PAR-020 query groups a multiple *or a divisor* of TP — ``TransformerConfig.__post_init__``.
 * PAR-021 gated-DeltaNet heads % (TP·CP) — ``TransformerConfig.__post_init__``.
-* Mamba heads / groups % TP — ``megatron/core/ssm/mamba_mixer.py`` (``MambaMixer.__init__`` asserts).
+* Mamba heads / groups % TP — ``megatron/core/ssm/mamba_mixer.py`` (``MambaMixer.__init__`` asserts); under CP,
+  heads/TP % CP and groups/TP a multiple or divisor of CP — ``megatron/core/ssm/mamba_context_parallel.py``
+  (``MambaContextParallel.__init__`` asserts).
 * PAR-022 dense / shared-expert widths % TP, PAR-023 expert width % ETP — ``megatron/core/utils.py::divide`` in the
   TE linear constructors.
 * PAR-024 experts % EP (``BaseMoELayer.__init__``), PAR-025 EP needs experts (``TransformerConfig``).
@@ -164,6 +166,12 @@ def layout_violation(
             return f"mamba_num_heads={model.mamba_num_heads} is not divisible by TP={tp} (mamba_mixer.py)"
         if model.mamba_num_groups and model.mamba_num_groups % tp:
             return f"mamba_num_groups={model.mamba_num_groups} is not divisible by TP={tp} (mamba_mixer.py)"
+        if cp > 1 and model.mamba_num_heads and (model.mamba_num_heads // tp) % cp:
+            return (f"mamba_num_heads/TP={model.mamba_num_heads // tp} is not divisible by CP={cp} "
+                    "(mamba_context_parallel.py)")
+        ng = (model.mamba_num_groups or 0) // tp
+        if cp > 1 and ng and (cp % ng if ng < cp else ng % cp):
+            return (f"mamba_num_groups/TP={ng} and CP={cp}: neither divides the other (mamba_context_parallel.py)")
         if layout.vpp is not None and layout.vpp > 1:
             return f"virtual pipeline (VPP={layout.vpp}) is not supported for hybrid Mamba models in Bridge (PAR-034)"
     # --- MLP widths ----------------------------------------------------------------------------------------
