@@ -1,8 +1,8 @@
 """Transformer Engine's CuTeDSL fused grouped MLP (``Features.cutedsl_fused_grouped_mlp``): one vocabulary (estimate
 flag, Bridge / Megatron-LM loaders from ``NVTE_CUTEDSL_FUSED_GROUPED_MLP`` + the op fuser, release presets), the
 launch output (env, op fuser, GLU interleave 32), the rules of its constraints (MOE-090..MOE-095), and the step-time
-effect: only where TE fuses (SM 10.x, MXFP8 / NVFP4, ETP 1, supported activation, sizes % 64), no activation pass
-over HBM and fewer host launches."""
+effect: only where TE fuses (SM 10.x, MXFP8 / NVFP4, ETP 1, supported activation, sizes % 64), fewer host launches
+(the activation's HBM traffic is kept: docs/time.md "The CuTeDSL fused grouped MLP")."""
 
 from __future__ import annotations
 
@@ -62,25 +62,20 @@ def test_runs_only_where_transformer_engine_fuses():
     assert not fused_grouped_mlp(get_model("Llama-3-70B"), "blackwell", Features(precision="mxfp8", **ON), 1)
 
 
-def test_expert_activation_passes_vanish_when_fused():
-    assert K.expert_act_passes("swiglu", fused=False) == K.ACT_PASSES["swiglu"]
-    assert K.expert_act_passes("swiglu_clamped", fused=False) == K.ACT_PASSES["swiglu_clamped"]
-    assert K.expert_act_passes("swiglu_clamped", fused=True) == 0.0
-    assert K.glu_bytes(768, True, "swiglu", passes=0.0) == 0.0
+FULL = dict(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
 
 
-def test_step_time_drops_by_the_activation_traffic_only_where_it_fuses():
+def test_step_time_prices_the_fewer_launches_only_where_it_fuses():
+    """Eager (host-bound) MoE layers launch ``fused_grouped_mlp_saved`` fewer kernels; under a whole-iteration CUDA
+    graph nothing changes (the activation's HBM traffic is kept: docs/time.md "The CuTeDSL fused grouped MLP")."""
     eff = default_efficiency()
-    on, off = _job(ON), _job({})
-    t_on, t_off = estimate_time(on, eff).step_time_s, estimate_time(off, eff).step_time_s
-    assert t_on < t_off
-    # no larger than the whole activation traffic of the routed experts (forward + 2x backward at the HBM rate)
-    model = on.model
-    tokens = on.global_batch_size * on.seq_length / 8  # per GPU (DP 8)
-    layers = sum(1 for x in model.mlp_pattern if x == "E")
-    act = tokens * layers * model.moe_router_topk * K.glu_bytes(model.moe_ffn_hidden_size, True, "swiglu") * 3
-    hbm = on.system.gpu.hbm_bw_gbs * 1e9
-    assert t_off - t_on <= act / (hbm * 0.2)
+    on, off = estimate_time(_job(ON), eff), estimate_time(_job({}), eff)
+    assert on.walls["host"].seconds < off.walls["host"].seconds
+    assert on.walls["compute"].seconds == off.walls["compute"].seconds
+    assert on.step_time_s < off.step_time_s
+    # the host saving is the kernel count times the launch cost: small against the layer's own launches
+    assert off.walls["host"].seconds - on.walls["host"].seconds < 0.1 * off.walls["host"].seconds
+    assert estimate_time(_job({**ON, **FULL}), eff).step_time_s == estimate_time(_job(FULL), eff).step_time_s
     # not on Hopper, not in FP8 current scaling or BF16, not with expert TP: TE leaves the ops unfused
     for kw in (dict(system="DGX-H100", precision="fp8_cs"), dict(precision="fp8_cs"), dict(precision="bf16")):
         assert estimate_time(_job(ON, **kw), eff).step_time_s == estimate_time(_job({}, **kw), eff).step_time_s, kw
@@ -116,7 +111,7 @@ def test_flag_choice_and_reproduce_line():
     off = json.loads(RUNNER.invoke(app, [*base, "--no-cutedsl-fused-grouped-mlp"], catch_exceptions=False).stdout)
     assert on["launch"]["env"]["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] == "1"
     assert "NVTE_CUTEDSL_FUSED_GROUPED_MLP" not in off["launch"]["env"]
-    assert on["time"]["step_time_s"] < off["time"]["step_time_s"]
+    assert on["time"]["step_time_s"] < off["time"]["step_time_s"]  # eager: fewer launches on the host
 
 
 def test_config_reader_needs_the_variable_and_the_op_fuser():

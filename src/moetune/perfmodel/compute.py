@@ -203,11 +203,9 @@ def residual_bytes(width: float) -> float:
 ACT_PASSES = {"swiglu": 1.0, "geglu": 1.0, "gelu": 1.0, "relu": 1.0, "squared_relu": 2.0, "swiglu_clamped": 5.0}
 
 
-def glu_bytes(width: float, gated: bool, activation: str = "swiglu", passes: float | None = None) -> float:
-    """MLP activation: read FC1 output (2·width if gated), write width, once per elementwise pass (``passes``, else
-    :data:`ACT_PASSES` of the activation)."""
-    n = ACT_PASSES.get(activation, 1.0) if passes is None else passes
-    return n * (3 if gated else 2) * width * BF16_BYTES
+def glu_bytes(width: float, gated: bool, activation: str = "swiglu") -> float:
+    """MLP activation: read FC1 output (2·width if gated), write width, once per elementwise pass."""
+    return ACT_PASSES.get(activation, 1.0) * (3 if gated else 2) * width * BF16_BYTES
 
 
 #: activations TE's CuTeDSL fused grouped MLP takes, in moetune's names: ``fuse_grouped_mlp_ops`` matches
@@ -231,24 +229,16 @@ def fused_grouped_mlp_runs(*, requested: bool, arch: str, precision: str, etp: i
     :data:`FUSED_GROUPED_MLP_ACTIVATIONS`, FC1 input ``d_in`` and expert width ``ffn`` multiples of 64
     (transformer_engine/pytorch/ops/fused/grouped_mlp.py ``fuse_grouped_mlp_ops``, ``validate_grouped_mlp_dims``)
     and the op fuser's own conditions, ETP 1 and grouped GEMM (megatron/core/transformer/moe/experts.py
-    ``TEGroupedMLP._is_fused_impl_supported``). Elsewhere TE leaves the op sequence unfused."""
+    ``TEGroupedMLP._is_fused_impl_supported``). Elsewhere TE leaves the op sequence unfused.
+
+    Priced on the host only (:func:`moetune.perfmodel.host.layer_launches`, ``fused_grouped_mlp_saved`` fewer kernels).
+    The fused kernels also drop the activation's own HBM pass (the epilogue applies it to FC1's accumulator), but
+    :data:`ACT_PASSES` are effective values fitted with the rest of the model (5 for GPT-OSS's clamped SwiGLU where
+    Megatron-Core's fused path runs 11/3, docs/time.md), and removing them for the fused rows made the held-out folds
+    worse (docs/time.md "The CuTeDSL fused grouped MLP"), so the activation traffic is kept as it is."""
     return (requested and grouped_gemm and etp == 1 and arch == "blackwell"
             and precision in FUSED_GROUPED_MLP_PRECISIONS and activation in FUSED_GROUPED_MLP_ACTIVATIONS
             and d_in % FUSED_GROUPED_MLP_DIM_ALIGN == 0 and ffn % FUSED_GROUPED_MLP_DIM_ALIGN == 0)
-
-
-def expert_act_passes(activation: str, fused: bool) -> float:
-    """Elementwise passes of the routed experts' activation over HBM (:func:`glu_bytes`): :data:`ACT_PASSES` of the
-    activation, or none when the CuTeDSL fused grouped MLP runs (:func:`fused_grouped_mlp_runs`). Its forward
-    kernel (cuDNN frontend ``grouped_gemm_glu_wrapper_sm100`` / ``grouped_gemm_srelu_wrapper_sm100``) applies the
-    activation, the router-probability scale and the quantisation of FC2's input to FC1's accumulator in the GEMM
-    epilogue, and its backward kernel (``grouped_gemm_dglu_wrapper_sm100``) applies the activation gradient to
-    FC2's data-gradient accumulator, so the activation's own read of FC1's output and write of its result, forward
-    and backward, are gone. What the epilogue still writes - FC1's pre-activation output kept for the backward and
-    FC2's quantised input - the unfused path writes too (the GEMM's output and the cast), so nothing is added
-    (transformer_engine/pytorch/ops/fused/grouped_mlp.py ``_GroupedMLP_CuTeGEMMBase.fuser_forward`` /
-    ``fuser_backward``)."""
-    return 0.0 if fused else ACT_PASSES.get(activation, 1.0)
 
 
 def rope_bytes(width: float) -> float:

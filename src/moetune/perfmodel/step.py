@@ -391,9 +391,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         wl.mem(t_gpu * K.router_bytes(E, k_top), tag="router", layer=i)
         wl.mem(t_gpu * K.permute_bytes(h, k_top), tag="moe_perm", layer=i)
         # ETP x the tokens at 1/ETP of the FFN width per ETP rank: the same activation elements as ETP = 1
-        passes = K.expert_act_passes(model.activation, fused=inp.fused_grouped_mlp and quant)
-        wl.mem(t_gpu * k_top * K.glu_bytes(model.moe_ffn_hidden_size or 0, model.gated_linear_unit, model.activation,
-                                           passes), tag="moe_act", layer=i)
+        wl.mem(t_gpu * k_top * K.glu_bytes(model.moe_ffn_hidden_size or 0, model.gated_linear_unit, model.activation),
+               tag="moe_act", layer=i)
         if model.moe_shared_expert_intermediate_size:
             wl.mem(t_a * K.glu_bytes(model.moe_shared_expert_intermediate_size, model.gated_linear_unit,
                                     model.activation) / tp,
