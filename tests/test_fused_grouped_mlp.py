@@ -218,3 +218,9 @@ def test_each_constraint_fires_and_its_fix_resolves_it(rule_id, overrides, env):
     assert f.fix
     res = check_config(apply_overrides(cfg, f.fix), Env(**{**ENV, **(env or {})}))
     assert rule_id not in {x.id for x in res.findings}
+
+
+def test_gpu_gate_needs_a_known_gpu():
+    """NVIDIA's VR200 recipes set the variable; a GPU the catalog does not know gets no MOE-091 verdict."""
+    assert "MOE-091" not in _check({}, {"gpu": None})[1]
+    assert "MOE-091" not in _check({}, {"gpu": "b300"})[1]

@@ -356,7 +356,7 @@ rule("MOE-090", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.use_tr
                     **({"model.moe_mlp_glu_interleave_size": 32} if _glu_experts(c) else {})},
      env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
 rule("MOE-091", A, W_, "R", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "env.gpu"],
-     lambda c: _cutedsl(c) and c.gpu_is(lambda cc, n: cc[0] != 10),
+     lambda c: _cutedsl(c) and c.gpu_is(lambda cc, n: cc[0] != 10) is True,  # unknown GPU (VR200): no verdict
      "the CuTeDSL fused grouped MLP runs only on SM 10.x (B200, GB200, B300, GB300): elsewhere the experts run unfused",
      "TE/gm _GroupedMLP_CuTeGEMMBase.is_supported", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
      env=("GPU type", "env NVTE_CUTEDSL_FUSED_GROUPED_MLP"))
