@@ -224,3 +224,12 @@ def test_gpu_gate_needs_a_known_gpu():
     """NVIDIA's VR200 recipes set the variable; a GPU the catalog does not know gets no MOE-091 verdict."""
     assert "MOE-091" not in _check({}, {"gpu": None})[1]
     assert "MOE-091" not in _check({}, {"gpu": "b300"})[1]
+
+
+def test_estimate_says_when_the_request_does_not_fuse():
+    from moetune.perfmodel.step import build_profile
+
+    note = "Transformer Engine does not fuse"
+    assert any(note in a for a in build_profile(_job(ON, system="DGX-H100", precision="fp8_cs")).assumptions)
+    assert not any(note in a for a in build_profile(_job(ON)).assumptions)
+    assert not any(note in a for a in build_profile(_job({}, precision="bf16")).assumptions)

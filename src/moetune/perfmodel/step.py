@@ -734,11 +734,15 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes,
                               *task_assumptions(feat)]
     v = split.vpp
+    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
     types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
-                         job.system.nvlink_domain, kernels,
-                         fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp))
+                         job.system.nvlink_domain, kernels, fused_mlp)
     rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), v)
     assumptions.extend(notes)
+    if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
+        assumptions.append("cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
+                           "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
+                           "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
     # PP send/recv of one microbatch's activations at a stage boundary
     t_a, tp, h = seq * mbs / lay.cp, lay.tp, model.hidden_size
     pp_bytes = t_a / (tp if feat.sequence_parallel else 1) * h * C.BF16
