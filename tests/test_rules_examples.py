@@ -110,6 +110,7 @@ EXAMPLES: dict[str, tuple[dict, dict]] = {
     "MOE-008": ({"model.add_bias_linear": True, "model.bias_dropout_fusion": True}, {}),
     "MOE-010": ({"model.moe_single_grouped_weight": True}, {}),
     "MOE-011": ({"model.use_transformer_engine_op_fuser": True, "model.expert_tensor_parallel_size": 2}, {}),
+    "MOE-095": ({"model.use_transformer_engine_op_fuser": True, "model.activation_func": "gelu"}, {}),
     "MOE-012": ({"model.moe_apply_probs_on_input": True}, {}),
     "MOE-013": ({"model.moe_latent_size": 256, "model.moe_shared_expert_overlap": True}, {}),
     "MOE-014": ({"model.gated_linear_unit": True, "model.activation_func_clamp_value": 7.0,

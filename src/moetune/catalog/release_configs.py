@@ -31,6 +31,7 @@ MODELLED = frozenset({
     "global_batch_size", "micro_batch_size", "use_megatron_fsdp", "cuda_graph_impl", "cuda_graph_scope",
     "cpu_offloading_num_layers", "recompute_num_layers", "recompute_modules", "moe_flex_dispatcher_backend",
     "moe_a2a_overlap", "peft", "pp_layout", "fine_grained_activation_offloading", "offload_modules", "fp8_dot_product_attention",
+    "cutedsl_fused_grouped_mlp",
 })
 
 
@@ -171,7 +172,9 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
     ``alltoall``; ``moe_a2a_overlap`` = EP overlap + delayed wgrad; ``recompute_modules`` = selective,
     ``recompute_num_layers`` = full / block; a full-iteration graph with HybridEP adds the rank capacity factor and
     paged stash of Bridge's ``set_full_iter_cg_configs``; ``cpu_offloading_num_layers``; fine-grained activation offloading of
-    ``offload_modules``; Megatron-FSDP."""
+    ``offload_modules``; Megatron-FSDP; ``cutedsl_fused_grouped_mlp`` = TE's CuTeDSL fused grouped MLP (overrides.py: the
+    op fuser with 32-wide GLU interleaving; ``perf_plugins.py``: ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``), set from the
+    preset either way (a preset without it ran without, whatever today's flat recipe sets)."""
     f = p.fields
     upd: dict[str, Any] = {}
     notes = [f"features of Bridge preset {p.name} (release {p.release}, commit {p.commit[:9]})"]
@@ -218,6 +221,7 @@ def preset_features(p: ReleasePreset, gpu_name: str) -> tuple[dict[str, Any], li
     if f.get("use_megatron_fsdp"):
         upd["use_megatron_fsdp"] = True
     upd["fp8_dot_product_attention"] = bool(f.get("fp8_dot_product_attention"))
+    upd["cutedsl_fused_grouped_mlp"] = bool(f.get("cutedsl_fused_grouped_mlp"))
     other = sorted(k for k, v in f.items() if k not in MODELLED and v not in (None, False, 0, [], ""))
     if other:
         notes.append(f"preset fields not modelled: {', '.join(other)}")

@@ -246,6 +246,10 @@ def register(app: typer.Typer) -> None:
                                         ] = None,
         paged_stash: Annotated[bool | None, typer.Option("--paged-stash/--no-paged-stash",
                                                          help="moe_paged_stash (needs a rank capacity factor)")] = None,
+        cutedsl_fused_grouped_mlp: Annotated[bool | None, typer.Option(
+            "--cutedsl-fused-grouped-mlp/--no-cutedsl-fused-grouped-mlp",
+            help="TE CuTeDSL fused grouped MLP of the experts (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, TE op fuser; "
+                 "Blackwell MXFP8/NVFP4)")] = None,
         optimizer_offload: Annotated[float | None, typer.Option(help="optimizer CPU offload fraction")] = None,
         expandable_segments: Annotated[bool | None, typer.Option("--expandable-segments/--no-expandable-segments")
                                        ] = None,
@@ -275,7 +279,8 @@ def register(app: typer.Typer) -> None:
             account_loss=account_for_loss_in_pipeline_split, fsdp=fsdp,
             dispatcher=dispatcher, ep_overlap=ep_overlap, delay_wgrad=delay_wgrad, tp_comm_overlap=tp_comm_overlap,
             recompute=recompute, offload=offload_modules, cuda_graph_scope=cuda_graph_scope,
-            rank_capacity_factor=rank_capacity_factor, paged_stash=paged_stash, optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
+            rank_capacity_factor=rank_capacity_factor, paged_stash=paged_stash,
+            cutedsl_fused_grouped_mlp=cutedsl_fused_grouped_mlp, optimizer_offload=optimizer_offload, expandable_segments=expandable_segments, dist_opt=dist_opt,
             force_balance=force_balance, routing_imbalance=routing_imbalance, task=task, lora_dim=lora_dim,
             lora_alpha=lora_alpha, lora_target_modules=lora_target_modules)
         job, est, suggestions, tim, flops = run_estimate(

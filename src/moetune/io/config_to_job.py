@@ -299,6 +299,30 @@ def job_from_config(cfg: dict, *, system: str | System | None = None, gpus: int 
                features=features, assumptions=tuple(notes))
 
 
+#: the environment variable that turns on Transformer Engine's CuTeDSL fused grouped MLP (read once at import:
+#: ``int(os.environ.get("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "0")) > 0`` in transformer_engine/pytorch/ops/fused/
+#: grouped_mlp.py ``_GroupedMLP_CuTeGEMMBase.is_supported``)
+CUTEDSL_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+
+
+def env_flag_on(value: Any) -> bool:
+    """TE's reading of an integer switch variable: on when its integer value is > 0 (unset, empty or not an integer
+    counts as off)."""
+    try:
+        return int(str(value).strip()) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def cutedsl_requested(model: dict, env: dict) -> bool:
+    """``Features.cutedsl_fused_grouped_mlp`` of a config: :data:`CUTEDSL_ENV` on and the expert MLP built by the TE
+    op fuser (``use_transformer_engine_op_fuser``: Megatron-Core ``TEGroupedMLP`` then runs FC1, the activation and
+    FC2 as one ``te.ops.Sequential``, the only path TE's fusion sees; megatron/core/transformer/moe/experts.py
+    ``_make_fused_ops``). Whether TE then fuses (GPU, precision, activation, sizes) is the step model's
+    :func:`moetune.perfmodel.compute.fused_grouped_mlp_runs` and rules MOE-090..MOE-095."""
+    return env_flag_on(env.get(CUTEDSL_ENV)) and bool(model.get("use_transformer_engine_op_fuser"))
+
+
 _RMODS = {"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj", "mhc"}
 
 
@@ -374,6 +398,7 @@ def features_from_effective(eff: dict, notes: list[str]) -> Features:
         moe_pad_expert_input_to_capacity=bool(m.get("moe_pad_expert_input_to_capacity")),
         moe_expert_rank_capacity_factor=m.get("moe_expert_rank_capacity_factor"),
         moe_paged_stash=bool(m.get("moe_paged_stash")),
+        cutedsl_fused_grouped_mlp=cutedsl_requested(m, env),
         sequence_parallel=bool(m.get("sequence_parallel")),
         overlap_moe_expert_parallel_comm=bool(m.get("overlap_moe_expert_parallel_comm")),
         delay_wgrad_compute=bool(m.get("delay_wgrad_compute")),
@@ -520,8 +545,22 @@ def job_to_config(job: Job) -> dict:
                          use_transformer_engine_op_fuser=True)
         if f.moe_paged_stash:
             model["moe_paged_stash"] = True
+        if f.cutedsl_fused_grouped_mlp:
+            # Bridge scripts/performance/utils/overrides.py (cutedsl_fused_grouped_mlp): the op fuser with 32-wide GLU
+            # interleaving (TE validate_grouped_mlp_dims), plus the EP-overlap companions it sets
+            model["use_transformer_engine_op_fuser"] = True
+            if job.model.gated_linear_unit:
+                model["moe_mlp_glu_interleave_size"] = 32
+            if f.overlap_moe_expert_parallel_comm:
+                model["high_priority_a2a_comm_stream"] = True
+                if f.moe_token_dispatcher_type == "flex" and f.moe_flex_dispatcher_backend == "hybridep":
+                    model["moe_hybridep_num_sms_preprocessing"] = 32
         if f.moe_flex_dispatcher_num_sms is not None:
             model["moe_flex_dispatcher_num_sms"] = f.moe_flex_dispatcher_num_sms
+    if model.get("use_transformer_engine_op_fuser") and job.model.activation == "squared_relu":
+        # the op fuser builds squared-ReLU experts only as TE's weighted ScaledSReLU (MCore experts.py
+        # TEGroupedMLP._is_fused_impl_supported; Bridge's Nemotron-H perf recipes set it, rule MOE-095)
+        model["use_fused_weighted_squared_relu"] = True
     if not f.apply_rope_fusion:
         model["apply_rope_fusion"] = False
     if f.cp_comm_type != "p2p":
@@ -566,7 +605,8 @@ def job_to_config(job: Job) -> dict:
         "mixed_precision": mp,
         "dist": {"use_megatron_fsdp": f.use_megatron_fsdp},
         "rerun_state_machine": {"check_for_nan_in_loss": impl != "full_iteration"},
-        "env_vars": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if f.expandable_segments else {},
+        "env_vars": {**({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if f.expandable_segments else {}),
+                     **({CUTEDSL_ENV: "1"} if f.cutedsl_fused_grouped_mlp and job.model.is_moe else {})},
         "_meta": {"model": job.model.name, "gpus": job.gpus, "system": job.system.name, "moe": job.model.is_moe},
     }
     if f.task == "lora":  # Bridge ``peft`` section (megatron/bridge/peft/lora.py ``LoRA``)

@@ -38,6 +38,13 @@ def feature_env_reasons(job: Job) -> dict[str, tuple[str, str]]:
     env["NCCL_NVLS_ENABLE"] = ("0", "saves NVLS buffer memory (D:pg, S:hw)")
     env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = ("1", "frees NCCL tensors promptly (D:pg)")
     env["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = ("1", "faster non-deterministic TE kernels (S:hw)")
+    if f.cutedsl_fused_grouped_mlp and job.model.is_moe:
+        env["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = (
+            "1", "TE CuTeDSL fused grouped MLP of the experts (TE ops/fused/grouped_mlp.py; Bridge perf_plugins.py)")
+        if f.overlap_moe_expert_parallel_comm:
+            env["CUDNNFE_CLUSTER_OVERLAP_MARGIN"] = (
+                "8", "what Bridge launches the fused grouped MLP with under EP A2A overlap (scripts/performance/"
+                "perf_plugins.py: cuDNN-frontend kernels' cluster margin)")
     if f.optimizer_cpu_offload:
         env["NCCL_NET_GDR_C2C"] = ("1", "optimizer offload on Grace (NCCL >= 2.26) (S:off)")
     return env

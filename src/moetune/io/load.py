@@ -71,7 +71,9 @@ class FeatureChoices:
     ``layers:N`` (layer-level CPU offloading of the first N decoder layers, ``--cpu-offloading-num-layers``);
     ``dispatcher``: ``alltoall``, ``allgather``, ``deepep``, ``hybridep`` (``flex`` = DeepEP);
     ``rank_capacity_factor``: a number > 0 or ``none`` (HybridEP's static per-rank budget,
-    ``--moe-expert-rank-capacity-factor``); ``paged_stash``: ``--moe-paged-stash``.
+    ``--moe-expert-rank-capacity-factor``); ``paged_stash``: ``--moe-paged-stash``; ``cutedsl_fused_grouped_mlp``:
+    TE's CuTeDSL fused grouped MLP of the experts (``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`` with the op fuser; the
+    planner keeps it as given, never searches it).
     """
 
     fsdp: bool | None = None
@@ -84,6 +86,7 @@ class FeatureChoices:
     cuda_graph_scope: str | None = None
     rank_capacity_factor: str | None = None
     paged_stash: bool | None = None
+    cutedsl_fused_grouped_mlp: bool | None = None
     optimizer_offload: float | None = None
     expandable_segments: bool | None = None
     dist_opt: bool | None = None
@@ -195,6 +198,8 @@ def choice_updates(ch: FeatureChoices) -> dict[str, Any]:
         up["moe_expert_rank_capacity_factor"] = parse_rank_capacity(ch.rank_capacity_factor)
     if ch.paged_stash is not None:
         up["moe_paged_stash"] = bool(ch.paged_stash)
+    if ch.cutedsl_fused_grouped_mlp is not None:
+        up["cutedsl_fused_grouped_mlp"] = bool(ch.cutedsl_fused_grouped_mlp)
     if ch.optimizer_offload is not None:
         if not 0.0 <= ch.optimizer_offload <= 1.0:
             raise InputError.bad_value("--optimizer-offload", ch.optimizer_offload, "a fraction in [0, 1]")
@@ -497,7 +502,8 @@ def adapt_features(feats: Features, model: ModelArch, layout: Layout, given: set
     user's and stay): SP exactly with TP > 1 (Bridge forces it off at TP 1; MoE with TP > 1 requires it, PAR-046);
     TP comm overlap needs SP; EP overlap needs a MoE model with EP > 1, VPP when PP > 1, no full / ``moe`` recompute
     and at most one MTP layer (docs/rules.md §4.1), delayed wgrad needs EP overlap; a flex dispatcher needs an expert
-    group (EP x ETP > 1); a rank capacity factor (and the paged stash) needs the HybridEP dispatcher (MOE-044); TE-scoped CUDA graphs exclude full recompute; Megatron-FSDP replaces PP (PP = 1)."""
+    group (EP x ETP > 1); a rank capacity factor (and the paged stash) needs the HybridEP dispatcher (MOE-044); TE-scoped CUDA graphs exclude full recompute; Megatron-FSDP replaces PP (PP = 1); the CuTeDSL fused grouped MLP
+    needs a MoE model with ETP 1 (the op fuser, MOE-011)."""
     up: dict[str, Any] = {"sequence_parallel": layout.tp > 1}
     f = feats
     if "tp_comm_overlap" not in given and f.tp_comm_overlap and layout.tp <= 1:
@@ -528,6 +534,10 @@ def adapt_features(feats: Features, model: ModelArch, layout: Layout, given: set
         up["moe_expert_rank_capacity_factor"] = None
         if "paged_stash" not in given:
             up["moe_paged_stash"] = False
+    if "cutedsl_fused_grouped_mlp" not in given and f.cutedsl_fused_grouped_mlp and (
+            not model.is_moe or layout.expert_tp > 1):
+        # the TE op fuser that carries the fused grouped MLP builds no expert MLP with expert TP (MOE-011)
+        up["cutedsl_fused_grouped_mlp"] = False
     if not up.get("sequence_parallel") and "tp_comm_overlap" not in given:
         up["tp_comm_overlap"] = False
     return f.model_copy(update={k: v for k, v in up.items() if getattr(f, k) != v})
@@ -810,6 +820,7 @@ def feature_args(f: Features) -> list[str]:
         out.append(f"--routing-imbalance {f.moe_routing_imbalance:g}")
     cap = f.moe_expert_rank_capacity_factor
     out += [f"--rank-capacity-factor {'none' if cap is None else f'{cap:g}'}", _b("paged-stash", f.moe_paged_stash)]
+    out.append(_b("cutedsl-fused-grouped-mlp", f.cutedsl_fused_grouped_mlp))
     if f.task != "pretrain":
         out.append(f"--task {f.task}")
     if f.task == "lora":

@@ -174,6 +174,10 @@ moe-expert-capacity-factor            model.moe_expert_capacity_factor          
 moe-pad-expert-input-to-capacity      model.moe_pad_expert_input_to_capacity                   bool
 moe-expert-rank-capacity-factor       model.moe_expert_rank_capacity_factor                    float
 moe-paged-stash                       model.moe_paged_stash                                    bool
+moe-mlp-glu-interleave-size           model.moe_mlp_glu_interleave_size                        int
+high-priority-a2a-comm-stream         model.high_priority_a2a_comm_stream                      bool
+moe-hybridep-num-sms-preprocessing    model.moe_hybridep_num_sms_preprocessing                 int
+use-fused-weighted-squared-relu       model.use_fused_weighted_squared_relu                    bool
 moe-token-drop-policy                 model.moe_token_drop_policy                              str
 moe-input-jitter-eps                  model.moe_input_jitter_eps                               float
 moe-layer-recompute                   model.moe_layer_recompute                                bool

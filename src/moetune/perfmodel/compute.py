@@ -208,6 +208,39 @@ def glu_bytes(width: float, gated: bool, activation: str = "swiglu") -> float:
     return ACT_PASSES.get(activation, 1.0) * (3 if gated else 2) * width * BF16_BYTES
 
 
+#: activations TE's CuTeDSL fused grouped MLP takes, in moetune's names: ``fuse_grouped_mlp_ops`` matches
+#: ``ScaledSwiGLU`` and ``ScaledClampedQGeGLU`` (SwiGLU; GPT-OSS's clamped GLU) and ``fuse_srelu_ops``
+#: ``ScaledSReLU`` (squared ReLU; Megatron-Core builds it with ``use_fused_weighted_squared_relu``)
+#: (transformer_engine/pytorch/ops/fused/grouped_mlp.py; megatron/core/transformer/moe/experts.py
+#: ``TEGroupedMLP._is_fused_impl_supported``)
+FUSED_GROUPED_MLP_ACTIVATIONS = frozenset({"swiglu", "swiglu_clamped", "squared_relu"})
+#: precisions whose recipe the fusion takes (``fuse_grouped_mlp_ops``: ``recipe.mxfp8() or recipe.nvfp4()``)
+FUSED_GROUPED_MLP_PRECISIONS = frozenset({"mxfp8", "nvfp4"})
+#: the feature-map and weight dimensions must be multiples of 64 (``validate_grouped_mlp_dims``)
+FUSED_GROUPED_MLP_DIM_ALIGN = 64
+
+
+def fused_grouped_mlp_runs(*, requested: bool, arch: str, precision: str, etp: int, grouped_gemm: bool,
+                           activation: str, d_in: int, ffn: int) -> bool:
+    """Whether the routed experts run Transformer Engine's CuTeDSL fused grouped MLP
+    (``Features.cutedsl_fused_grouped_mlp``): requested (``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`` with the TE op fuser),
+    an SM 10.x GPU (``_GroupedMLP_CuTeGEMMBase.is_supported``: ``get_device_compute_capability()[0] == 10``, the
+    catalog's ``blackwell`` arch: B200 / GB200 sm_100, B300 / GB300 sm_103), an MXFP8 or NVFP4 recipe, one of
+    :data:`FUSED_GROUPED_MLP_ACTIVATIONS`, FC1 input ``d_in`` and expert width ``ffn`` multiples of 64
+    (transformer_engine/pytorch/ops/fused/grouped_mlp.py ``fuse_grouped_mlp_ops``, ``validate_grouped_mlp_dims``)
+    and the op fuser's own conditions, ETP 1 and grouped GEMM (megatron/core/transformer/moe/experts.py
+    ``TEGroupedMLP._is_fused_impl_supported``). Elsewhere TE leaves the op sequence unfused.
+
+    Priced on the host only (:func:`moetune.perfmodel.host.layer_launches`, ``fused_grouped_mlp_saved`` fewer kernels).
+    The fused kernels also drop the activation's own HBM pass (the epilogue applies it to FC1's accumulator), but
+    :data:`ACT_PASSES` are effective values fitted with the rest of the model (5 for GPT-OSS's clamped SwiGLU where
+    Megatron-Core's fused path runs 11/3, docs/time.md), and removing them for the fused rows made the held-out folds
+    worse (docs/time.md "The CuTeDSL fused grouped MLP"), so the activation traffic is kept as it is."""
+    return (requested and grouped_gemm and etp == 1 and arch == "blackwell"
+            and precision in FUSED_GROUPED_MLP_PRECISIONS and activation in FUSED_GROUPED_MLP_ACTIVATIONS
+            and d_in % FUSED_GROUPED_MLP_DIM_ALIGN == 0 and ffn % FUSED_GROUPED_MLP_DIM_ALIGN == 0)
+
+
 def rope_bytes(width: float) -> float:
     """Fused RoPE on Q and K: read and write the rotated tensors."""
     return 2 * width * BF16_BYTES

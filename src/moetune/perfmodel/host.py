@@ -84,7 +84,8 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
                    tp_overlap_tp: int = 1, etp: int = 1, local_experts: float = 1.0, grouped_gemm: bool = True,
                    permute_fusion: bool = True, unfused_attention: bool = False,
                    unfused_rope: bool = False, ep_overlap: bool = False, dispatcher: str = "alltoall",
-                   flex_backend: str | None = None, lora_attn: int = 0, lora_mlp: int = 0) -> LayerLaunches:
+                   flex_backend: str | None = None, lora_attn: int = 0, lora_mlp: int = 0,
+                   fused_grouped_mlp: bool = False) -> LayerLaunches:
     """Eager kernels, graph launches and host syncs of one layer (fwd + bwd) given the CUDA-graph scopes.
 
     ``quant_gemms`` > 0 adds the FP8/FP4 cast kernels of each quantised GEMM input; ``shared`` adds the shared
@@ -96,7 +97,10 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
     operations, its bookkeeping calls as native ones; ``dispatcher``: the token dispatcher type, which decides which
     nodes free their inputs; ``flex_backend``: the flex dispatcher's backend) (module doc); ``lora_attn`` /
     ``lora_mlp``: LoRA adapters on the attention / MLP (or expert) linears, ``lora_adapter`` kernels each, inside the
-    scope of the module they wrap."""
+    scope of the module they wrap; ``fused_grouped_mlp``: the experts run TE's CuTeDSL fused grouped MLP, which
+    launches ``fused_grouped_mlp_saved`` fewer kernels (efficiency.yaml: the activation forward and backward and
+    the quantisation of FC2's input and of FC1's output gradient run in the GEMM epilogues, one offsets kernel is
+    added; transformer_engine/pytorch/ops/fused/grouped_mlp.py)."""
     full = graphs_on and "full_iteration" in scopes
     cast = kernels.get("fp8_casts_per_gemm", 0.0) if quant_gemms > 0 else 0.0
     adapter = kernels.get("lora_adapter", 0.0)
@@ -138,8 +142,9 @@ def layer_launches(mixer: str, mlp: str, *, mla: bool, quant_gemms: int, scopes:
         part("dispatch", kernels["moe_dispatch"] + (0.0 if permute_fusion else kernels.get("moe_unfused_permute", 0.0)),
              moe_scope)
         per_expert = kernels.get("grouped_gemm_per_expert" if grouped_gemm else "sequential_mlp_per_expert", 0.0)
+        fused = kernels.get("fused_grouped_mlp_saved", 0.0) if fused_grouped_mlp else 0.0
         part("experts", kernels["moe_experts"] + cast * 2 + per_expert * max(local_experts, 1.0)
-             + adapter * lora_mlp, moe_scope)
+             + adapter * lora_mlp - fused, moe_scope)
         if shared:
             part("shared", kernels["shared_experts"] + cast * 2, moe_scope)
         if dropless and ep >= 1 and not full and not (graphs_on and moe_scope):

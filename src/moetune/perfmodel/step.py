@@ -254,24 +254,39 @@ class LayerInputs(NamedTuple):
     shared_expert_overlap: bool  #: ``moe_shared_expert_overlap``: the shared expert's TP collectives beside the dispatch
     lora_targets: tuple[str, ...] = ()  #: ``lora_target_modules`` when the task is LoRA, else ()
     lora_dim: int = 0  #: ``lora_dim`` when the task is LoRA, else 0
+    #: the routed experts run TE's CuTeDSL fused grouped MLP in the quantised layers (:func:`fused_grouped_mlp`)
+    fused_grouped_mlp: bool = False
 
     @classmethod
     def of(cls, job: Job) -> LayerInputs:
         lay = job.layout
         return cls.of_fields(job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep, lay.expert_tp,
-                             job.system.nvlink_domain, job.features)
+                             job.system.nvlink_domain, job.features,
+                             fused_grouped_mlp(job.model, job.system.gpu.arch, job.features, lay.expert_tp))
 
     @classmethod
-    def of_fields(cls, seq: int, mbs: int, tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, f: Features
-                  ) -> LayerInputs:
-        """:meth:`of` from the batch shape, the mesh, the NVLink domain and the features of a job."""
+    def of_fields(cls, seq: int, mbs: int, tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, f: Features,
+                  fused_mlp: bool = False) -> LayerInputs:
+        """:meth:`of` from the batch shape, the mesh, the NVLink domain and the features of a job (``fused_mlp``:
+        :func:`fused_grouped_mlp` of the job)."""
         return cls(seq, mbs, tp, cp, ep, etp, nvlink_domain, f.precision, f.moe_token_dispatcher_type,
                    f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
                    f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
                    f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
                    static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1),
                    f.moe_shared_expert_overlap,
-                   *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora" else ((), 0)))
+                   *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora" else ((), 0)), fused_mlp)
+
+
+def fused_grouped_mlp(model: ModelArch, arch: str, f: Features, etp: int) -> bool:
+    """Whether the job's routed experts run TE's CuTeDSL fused grouped MLP (``Features.cutedsl_fused_grouped_mlp``
+    where Transformer Engine actually fuses: :func:`moetune.perfmodel.compute.fused_grouped_mlp_runs`)."""
+    if not model.is_moe:
+        return False
+    return K.fused_grouped_mlp_runs(
+        requested=f.cutedsl_fused_grouped_mlp, arch=arch, precision=f.precision, etp=etp,
+        grouped_gemm=f.moe_grouped_gemm, activation=model.activation,
+        d_in=int(model.moe_latent_size or model.hidden_size), ffn=int(model.moe_ffn_hidden_size or 0))
 
 
 @memo(maxsize=4096)
@@ -427,7 +442,8 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                                 unfused_rope=not feat.apply_rope_fusion, ep_overlap=inp.ep_overlap,
                                 dispatcher=feat.moe_token_dispatcher_type,
                                 flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=n_lora_attn,
-                                lora_mlp=n_lora - n_lora_attn)
+                                lora_mlp=n_lora - n_lora_attn,
+                                fused_grouped_mlp=inp.fused_grouped_mlp and quant)
     return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches, mamba_cp)
 
 
@@ -661,11 +677,11 @@ def _layout_work(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
 
 @memo(maxsize=32768)
 def _layer_types(model: ModelArch, first_kinds: tuple[tuple[int, bool], ...], feat: Features, seq: int, mbs: int,
-                 tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, kernels: FrozenMap
+                 tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, kernels: FrozenMap, fused_mlp: bool = False
                  ) -> dict[tuple, LayerType]:
     """{LayerType.key: work} of the layer kinds ``first_kinds`` (:func:`_layer_type` of the job's
     :class:`LayerInputs`); read only."""
-    inp = LayerInputs.of_fields(seq, mbs, tp, cp, ep, etp, nvlink_domain, feat)
+    inp = LayerInputs.of_fields(seq, mbs, tp, cp, ep, etp, nvlink_domain, feat, fused_mlp)
     types: dict[tuple, LayerType] = {}
     for i, quant in first_kinds:
         lt = _layer_type(model, model.mixer_pattern[i], model.mlp_pattern[i], quant, inp, kernels)
@@ -729,10 +745,15 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes,
                               *task_assumptions(feat)]
     v = split.vpp
+    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
     types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
-                         job.system.nvlink_domain, kernels)
+                         job.system.nvlink_domain, kernels, fused_mlp)
     rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), v)
     assumptions.extend(notes)
+    if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
+        assumptions.append("cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
+                           "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
+                           "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
     # PP send/recv of one microbatch's activations at a stage boundary
     t_a, tp, h = seq * mbs / lay.cp, lay.tp, model.hidden_size
     pp_bytes = t_a / (tp if feat.sequence_parallel else 1) * h * C.BF16

@@ -311,6 +311,82 @@ rule("MOE-069", A, E, "C", ["model.moe_shared_expert_overlap", "model.moe_token_
      and c.dispatcher not in ("alltoall", "flex"),
      "shared-expert overlap only works with the alltoall or flex dispatcher", "TC L1706",
      fix={"model.moe_shared_expert_overlap": False})
+# TE CuTeDSL fused grouped MLP (NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 + the op fuser) ---------------------------------
+# transformer_engine/pytorch/ops/fused/grouped_mlp.py (TE/gm): ``_GroupedMLP_CuTeGEMMBase.is_supported`` (env > 0,
+# compute capability 10.x), ``fuse_grouped_mlp_ops`` (MXFP8 / NVFP4 recipe with RHT; SwiGLU, clamped GeGLU, SReLU),
+# ``validate_grouped_mlp_dims`` (sizes % 64, GLU interleave 32): where a condition fails TE silently keeps the op
+# sequence unfused. megatron/core/transformer/moe/experts.py ``TEGroupedMLP._is_fused_impl_supported`` (MCore/ex).
+CUTEDSL_VAR = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+
+
+def _cutedsl_env(c: Ctx) -> bool:
+    v = c.var(CUTEDSL_VAR)
+    try:
+        return int(str(v).strip()) > 0 if isinstance(v, str) else False
+    except ValueError:
+        return False
+
+
+def _cutedsl(c: Ctx) -> bool:
+    """The fused grouped MLP is asked for: the variable on and the experts built by the TE op fuser."""
+    return c.is_moe and _cutedsl_env(c) and bool(c.m("use_transformer_engine_op_fuser"))
+
+
+def _glu_experts(c: Ctx) -> bool:
+    return bool(c.m("gated_linear_unit")) and str(c.m("activation_func") or "silu").lower() in (
+        "silu", "swiglu", "quick_gelu")
+
+
+def _block_scaled(c: Ctx) -> bool:
+    if c.fp4 is not None:
+        return c.m("fp4_recipe", "nvfp4") == "nvfp4"
+    return c.fp8 is not None and c.m("fp8_recipe", "delayed") == "mxfp8"
+
+
+def _dims_misaligned(c: Ctx) -> bool:
+    sizes = [c.m("moe_latent_size") or c.m("hidden_size"), c.m("moe_ffn_hidden_size")]
+    return any(isinstance(x, int) and x % 64 for x in sizes)
+
+
+rule("MOE-090", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.use_transformer_engine_op_fuser"],
+     lambda c: c.is_moe and _cutedsl_env(c) and not c.m("use_transformer_engine_op_fuser"),
+     "NVTE_CUTEDSL_FUSED_GROUPED_MLP has no effect without use_transformer_engine_op_fuser: only the op-fuser expert "
+     "MLP reaches TE's fused grouped MLP", "MCore/ex TEGroupedMLP._make_fused_ops; TE/gm fuse_grouped_mlp_ops",
+     fix=lambda c: {"model.use_transformer_engine_op_fuser": True,
+                    **({"model.moe_mlp_glu_interleave_size": 32} if _glu_experts(c) else {})},
+     env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
+rule("MOE-091", A, W_, "R", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "env.gpu"],
+     lambda c: _cutedsl(c) and c.gpu_is(lambda cc, n: cc[0] != 10) is True,  # unknown GPU (VR200): no verdict
+     "the CuTeDSL fused grouped MLP runs only on SM 10.x (B200, GB200, B300, GB300): elsewhere the experts run unfused",
+     "TE/gm _GroupedMLP_CuTeGEMMBase.is_supported", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
+     env=("GPU type", "env NVTE_CUTEDSL_FUSED_GROUPED_MLP"))
+rule("MOE-092", A, W_, "R", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.fp8_recipe", "model.fp4_recipe"],
+     lambda c: _cutedsl(c) and not _block_scaled(c),
+     "the CuTeDSL fused grouped MLP needs an MXFP8 or NVFP4 recipe: with another precision the experts run unfused",
+     "TE/gm fuse_grouped_mlp_ops (recipe.mxfp8() or recipe.nvfp4())", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
+     env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
+rule("MOE-093", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.moe_mlp_glu_interleave_size"],
+     lambda c: _cutedsl(c) and _glu_experts(c) and c.m("moe_mlp_glu_interleave_size") != 32,
+     "the CuTeDSL fused grouped MLP needs 32-wide GLU interleaving (moe_mlp_glu_interleave_size=32): without it the "
+     "experts run unfused", "TE/gm validate_grouped_mlp_dims", fix={"model.moe_mlp_glu_interleave_size": 32},
+     env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
+rule("MOE-094", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.hidden_size", "model.moe_ffn_hidden_size",
+                             "model.moe_latent_size"],
+     lambda c: _cutedsl(c) and _dims_misaligned(c),
+     "the CuTeDSL fused grouped MLP needs the expert input and FFN sizes to be multiples of 64: the experts run unfused",
+     "TE/gm validate_grouped_mlp_dims", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
+     env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
+rule("MOE-095", A, RT, "B", ["model.use_transformer_engine_op_fuser", "model.activation_func",
+                             "model.gated_linear_unit", "model.use_fused_weighted_squared_relu"],
+     lambda c: c.is_moe and bool(c.m("use_transformer_engine_op_fuser")) and c.m("activation_func") is not None
+     and not (
+         _glu_experts(c) or (str(c.m("activation_func") or "").lower() == "squared_relu"
+                             and bool(c.m("use_fused_weighted_squared_relu")) and not c.m("gated_linear_unit"))),
+     "the TE op fuser builds the expert MLP only for SwiGLU, quick-GeGLU or weighted squared ReLU "
+     "(use_fused_weighted_squared_relu) experts", "MCore/ex TEGroupedMLP._is_fused_impl_supported (assert in __init__)",
+     fix=lambda c: {"model.use_fused_weighted_squared_relu": True}
+     if str(c.m("activation_func") or "").lower() == "squared_relu" and not c.m("gated_linear_unit")
+     else {"model.use_transformer_engine_op_fuser": False})
 # MTP ------------------------------------------------------------------------------------------------------------
 rule("MOE-080", A, I_, "B", ["model.mtp_num_layers", "model.pipeline_model_parallel_size"],
      lambda c: (c.m("mtp_num_layers") or 0) > 0 and c.m("pipeline_model_parallel_layout") is None and c.pp > 1,

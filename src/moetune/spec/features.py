@@ -187,6 +187,16 @@ class Features(FrozenSpec):
         "token load (moe_paged_stash_buffer_size_factor_cuda x mean) instead of the rank capacity budget; needs "
         "moe_expert_rank_capacity_factor (OFF-019; Megatron-Core moe/paged_stash.py). --moe-paged-stash; Bridge "
         "model.moe_paged_stash. Default False.")
+    cutedsl_fused_grouped_mlp: bool = Field(
+        default=False, description="Transformer Engine's CuTeDSL fused grouped MLP for the routed experts: one "
+        "cuDNN-frontend kernel runs FC1's grouped GEMM with the GLU / squared-ReLU activation, the router-probability "
+        "scaling and the quantisation of FC2's input in its epilogue, and one runs FC2's data-gradient GEMM with the "
+        "activation backward (TE ops/fused/grouped_mlp.py GroupedMLP_CuTeGEMMGLU / GroupedMLP_CuTeGEMMUnary). Runs "
+        "only on SM 10.x (B200, B300, GB200, GB300) with an MXFP8 or NVFP4 recipe, ETP 1 and 32-wide GLU "
+        "interleaving (rules MOE-090..MOE-095). Launch: environment NVTE_CUTEDSL_FUSED_GROUPED_MLP=1 with "
+        "--use-transformer-engine-op-fuser and --moe-mlp-glu-interleave-size 32 (Bridge model."
+        "use_transformer_engine_op_fuser, model.moe_mlp_glu_interleave_size = 32: the cutedsl_fused_grouped_mlp "
+        "preset field of scripts/performance/utils/overrides.py). Default False.")
     moe_routing_imbalance: float = Field(
         default=1.0, ge=1.0, description="moetune input, no Megatron flag: max/mean tokens per expert rank when "
         "dropless and not force-balanced (>= 1; moetune.perfmodel.routing.expert_load). Default 1.0 (balanced).")
