@@ -153,6 +153,9 @@ def main() -> None:
         hta_ov = {}
         if not args.skip_hta:
             ht = measure([sys.executable, "-c", HTA_CODE, str(work)], out_dir / "hta.txt")
+            if ht["rc"] != 0:  # a failed HTA run has no time to compare with: say so instead of a ratio
+                raise SystemExit(f"HTA failed rc={ht['rc']} (is it installed? pip install '.[test]'); "
+                                 "rerun with --skip-hta to time moetune alone")
             rows.append(("HTA get_comm_comp_overlap", ht))
             try:
                 hta_ov = {int(k): v for k, v in
