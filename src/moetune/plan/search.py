@@ -777,7 +777,10 @@ class Search:
 
     def retune(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """Retune a layout whose floor fits: layer-level CPU offloading where it applies (:meth:`layer_offload`), then
-        the recompute ladder, least recompute first (module docstring step 2)."""
+        the recompute ladder, least recompute first (module docstring step 2). When the least option does not end
+        the ladder, one memory floor (:meth:`ladder_prefix_unfit`) may prove the options up to :func:`ladder_cover`
+        unfit; their fit tests are then skipped (each would fail and record nothing, so answers and counters are
+        those of testing them)."""
         floor_rank = self.rec_opts[-1][0]
         self.layer_offload(lp, mode)
         fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
