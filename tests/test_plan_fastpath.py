@@ -379,3 +379,44 @@ def test_tail_kinds_equal_the_itemised_tail(upd):
         tail = runtime_tail(job, activation_peak_bytes=act_b, allocated_peak_bytes=alloc_b)
         assert build.kinds(act_b, alloc_b) == tuple(tail.total(k) for k in TAIL_KINDS)
         assert build.non_torch == tail.total("non_torch")
+
+
+def _findings(fs) -> list:
+    return [(f.id, str(f.severity), f.message, repr(f.fix)) for f in fs]
+
+
+@pytest.mark.parametrize("req,layouts", [(_QWEN, _QWEN_LAYOUTS[::41]), (_DSV2, _DSV2_LAYOUTS[::61])])
+def test_check_job_fast_path_equals_the_copying_path(req, layouts):
+    """The planner's :func:`moetune.io.check.check_job` (its fresh config normalised in place, present defaults not
+    copied) gives the same findings as :func:`moetune.io.check.check_config` on a config it must not touch, on every
+    feature variant of many layouts, and leaves that config as it was."""
+    import copy
+
+    from moetune.io.check import check_config, check_job
+    from moetune.io.config_to_job import env_from_job, job_to_config
+
+    jobs = [j for lp in layouts for j in _variants(req, lp)[::3]]
+    assert len(jobs) > 40
+    verdicts = set()
+    for job in jobs:
+        cfg = job_to_config(job)
+        before = copy.deepcopy(cfg)
+        slow = check_config(cfg, env_from_job(job)).findings
+        assert cfg == before
+        fast = check_job(job)
+        assert _findings(fast) == _findings(slow)
+        verdicts.add(any(str(f.severity).startswith("error") for f in fast))
+    assert verdicts == {True, False}  # both verdicts occur among the variants
+
+
+def test_effective_config_shares_no_mutable_default(monkeypatch):
+    """Defaults are stored without a copy only where immutable: a mutable default (list, dict) in an effective
+    config is never the defaults table's own object, so changing it cannot leak into the next config."""
+    from moetune.io import effective as E
+
+    monkeypatch.setitem(E.MODEL_DEFAULTS, "_test_list_default", [1, [2]])
+    eff = E.effective_config({"model": {}})
+    got = eff["model"]["_test_list_default"]
+    assert got == [1, [2]] and got is not E.MODEL_DEFAULTS["_test_list_default"]
+    assert got[1] is not E.MODEL_DEFAULTS["_test_list_default"][1]
+    assert eff["model"]["tensor_model_parallel_size"] == E.MODEL_DEFAULTS["tensor_model_parallel_size"]

@@ -214,3 +214,74 @@ def test_plans_with_and_without_the_offload_bound_agree(monkeypatch):
     monkeypatch.setattr(P.Search, "offload_pruned", lambda self, *a: False)
     assert _summary(P.Search(req).run()) == _summary(got)
     assert calls and any(calls)
+
+
+def _sreq(model: str, gpus: int, gbs: int, system: str = "DGX-H100", seq: int = 4096, **kw) -> P.PlanRequest:
+    return P.PlanRequest(model=get_model(model), system=get_system(system), gpus=gpus, global_batch_size=gbs,
+                         seq_length=seq, workers=1, **kw)
+
+
+def test_ladder_cover_is_the_nested_prefix():
+    """The memory floor's cover (Search._ladder_cover): every option up to it drops a subset of its components; the
+    next option does not (so the prefix is the longest)."""
+    from moetune.perfmodel.memory import ladder_drops
+    from moetune.spec.features import Features
+
+    for model in ("DeepSeek-V3", "DeepSeek-V2-Lite", "Qwen3-30B-A3B"):
+        opts = P._recompute_options(get_model(model), "full")
+        c = P.ladder_cover(opts)
+        drops = [ladder_drops(Features().model_copy(update=rec)) for _, rec in opts]
+        assert c > 1 and all(d <= drops[c] for d in drops[:c])
+        assert drops[-1] is None  # full recompute is never covered
+    assert P.ladder_cover(P._recompute_options(get_model("DeepSeek-V3"), "full", "full")) == 0
+    dsv3 = P._recompute_options(get_model("DeepSeek-V3"), "full")
+    assert P.ladder_cover(dsv3) == 6
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pick=st.integers(0, 10**6), which=st.sampled_from(("dsv2", "qwen")), fp8=st.booleans())
+def test_saved_activation_floor_bounds_every_covered_option(pick, which, fp8):
+    """saved_activation_floor of the cover option's job is at most the device GiB (device_peaks) of every option it
+    covers, rank by rank, on random layouts: the bound the ladder skip relies on (within its float slack)."""
+    from moetune.perfmodel.memory import device_peaks, saved_activation_floor
+
+    req, layouts = (_DSV2, _DSV2_LAYOUTS) if which == "dsv2" else (_QWEN, _QWEN_LAYOUTS)
+    lp = layouts[pick % len(layouts)]
+    opts = P._recompute_options(req.model, "full")
+    c = P.ladder_cover(opts)
+    base = P._base_features(req.model, "fp8_cs" if fp8 else "bf16", lp)
+    floors = list(saved_activation_floor(P._job(req, lp, base.model_copy(update=opts[c][1]))))
+    for _, rec in opts[: c + 1]:
+        device = [d for d, _ in device_peaks(P._job(req, lp, base.model_copy(update=rec)))]
+        for f, d in zip(floors, device, strict=True):
+            assert f <= d + P.LADDER_FLOOR_SLACK * max(1.0, d)
+
+
+def test_saved_activation_floor_declines_what_it_does_not_bound():
+    from moetune.perfmodel.memory import saved_activation_floor
+
+    lp = _QWEN_LAYOUTS[0]
+    base = P._base_features(_QWEN.model, "bf16", lp)
+    for upd in ({"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1},
+                {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ("attn",)},
+                {"cpu_offloading": True, "cpu_offloading_num_layers": 2}):
+        assert saved_activation_floor(P._job(_QWEN, lp, base.model_copy(update=upd))) is None
+
+
+@pytest.mark.parametrize("args,kw", [(("DeepSeek-V2-Lite", 8, 256), dict(top=3)),
+                                     (("Qwen3-30B-A3B", 8, 256), dict(top=3, seq=8192)),
+                                     (("DeepSeek-V2-Lite", 4, 256), dict(top=4, seq=8192, exact_ranking=True)),
+                                     (("DeepSeek-V2-Lite", 8, 256, "DGX-A100"), dict(top=3, seq=8192)),
+                                     (("Qwen3-30B-A3B", 8, 128), dict(top=2, max_recompute="selective"))])
+def test_plans_with_and_without_the_ladder_memory_floor_agree(args, kw):
+    """Ladder options the memory floor proves unfit (Search.ladder_prefix_unfit) are not fit-tested: the same
+    candidates, per-layout bests, closest misses, notes and counters as the search that tests every option, with
+    fewer fit tests (so the floor is exercised)."""
+    fast, plain = P.Search(_sreq(*args, **kw)), P.Search(_sreq(*args, **kw), ladder_bound=False)
+    got, want = fast.run(), plain.run()
+    key = [([(c.sort_key(), c.time.model_dump(), c.recompute_rank, c.job) for c in r.candidates], r.per_layout_best,
+            [] if r.candidates else r.closest, r.notes) for r in (got, want)]
+    assert key[0] == key[1]
+    counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
+    assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
+    assert len(fast._fit_cache) < len(plain._fit_cache)

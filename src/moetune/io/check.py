@@ -18,11 +18,12 @@ from moetune.rules.check import check_effective
 from moetune.rules.engine import CheckResult, Env, Finding
 
 
-def check_config(cfg: dict, env: Env | None = None) -> CheckResult:
-    """Replay the effective config (docs/rules.md §0.3) and evaluate every rule."""
+def check_config(cfg: dict, env: Env | None = None, owned: bool = False) -> CheckResult:
+    """Replay the effective config (docs/rules.md §0.3) and evaluate every rule. ``owned``: ``cfg`` was built for
+    this call alone (:func:`check_job`), so it is not copied first (:func:`moetune.io.effective.normalize_input`)."""
     env = env or Env()
     try:
-        raw = normalize_input(cfg)
+        raw = normalize_input(cfg, owned)
         eff = effective_config(raw, env)
     except (TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError, OverflowError) as e:
         if isinstance(e, MoetuneError):
@@ -35,7 +36,7 @@ def check_config(cfg: dict, env: Env | None = None) -> CheckResult:
 
 def check_job(job: Any, env: Env | None = None) -> list[Finding]:
     """Findings for a :class:`moetune.spec.Job` (fast path used by the planner)."""
-    return check_config(job_to_config(job), env or env_from_job(job)).findings
+    return check_config(job_to_config(job), env or env_from_job(job), owned=True).findings
 
 
 def resolve_fixes(cfg: dict, env: Env | None = None, max_rounds: int = 8) -> tuple[dict[str, Any], CheckResult]:

@@ -189,9 +189,15 @@ def resolve_mixed_precision(mp: Any) -> dict[str, Any] | None:
     return out
 
 
-def normalize_input(cfg: dict) -> dict:
-    """Deep copy with a string ``mixed_precision`` expanded to its fields (so fixes can address them)."""
-    out = copy.deepcopy(cfg)
+#: immutable default values that :func:`effective_config` stores without a deep copy (a copy of one is itself)
+_ATOMIC = (type(None), bool, int, float, str, bytes)
+
+
+def normalize_input(cfg: dict, owned: bool = False) -> dict:
+    """Deep copy with a string ``mixed_precision`` expanded to its fields (so fixes can address them). ``owned``: the
+    caller built ``cfg`` for this call and never reads it again (:func:`moetune.io.check.check_job`), so it is
+    normalised in place instead of copied."""
+    out = cfg if owned else copy.deepcopy(cfg)
     if isinstance(out.get("mixed_precision"), str):
         out["mixed_precision"] = resolve_mixed_precision(out["mixed_precision"])
     return out
@@ -302,7 +308,8 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
     if frontend == "megatron-lm":
         defaults.update(MLM_MODEL_DEFAULTS)
     for k, v in defaults.items():
-        model.setdefault(k, copy.deepcopy(v))
+        if k not in model:  # setdefault would deep-copy every default, present or not (the planner's hot path)
+            model[k] = v if isinstance(v, _ATOMIC) else copy.deepcopy(v)
     for sec, dd in (("ddp", DDP_DEFAULTS), ("optimizer", OPTIMIZER_DEFAULTS), ("dist", DIST_DEFAULTS),
                     ("rng", RNG_DEFAULTS), ("rerun_state_machine", RERUN_DEFAULTS), ("train", TRAIN_DEFAULTS)):
         for k, v in dd.items():

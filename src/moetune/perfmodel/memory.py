@@ -408,9 +408,7 @@ def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConf
 def _job_act_config(f: Features, tp: int, cp: int, etp: int, ep: int, seq: int, mbs: int,
                     recompute: frozenset[str] | None) -> act.ActConfig:
     unfused = f.attention_backend in ("unfused", "local") or f.transformer_impl == "local"
-    rec = frozenset(f.recompute_modules) if f.recompute_granularity == "selective" else frozenset()
-    if f.recompute_granularity == "selective" and not f.recompute_modules:
-        rec = frozenset({"core_attn"})  # MCore default module list
+    rec = act_config_recompute(f)
     off = frozenset(f.offload_modules) if f.fine_grained_activation_offloading else frozenset()
     return _act_config(
         seq=seq, mbs=mbs, tp=tp, cp=cp, etp=etp,
@@ -823,6 +821,61 @@ def _rank_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: in
         ranks.append((comps, sum(comps.values()), per_chunk_params, _inflight_array(lay.pp, vpp, nmb, rank.pp_rank),
                       inflight_states(lay.pp, vpp, nmb, rank.pp_rank)))
     return stages, vocab_padded, ranks
+
+
+def ladder_drops(f: Features) -> frozenset[str] | None:
+    """The activation components that the selective recompute of ``f`` drops (the union of
+    :data:`moetune.perfmodel.activations._RECOMPUTE_TARGETS` of its modules, as :func:`act_config` reads them; empty
+    without recompute); None for full recompute (it changes which layers are kept, not only their components)."""
+    if f.recompute_granularity == "full":
+        return None
+    rec = act_config_recompute(f)
+    return frozenset(n for mod in rec for n in act._RECOMPUTE_TARGETS.get(mod, ()))
+
+
+def act_config_recompute(f: Features) -> frozenset[str]:
+    """The selective recompute modules :func:`act_config` gives the activation model (MCore's default list,
+    ``core_attn``, where selective recompute names none)."""
+    if f.recompute_granularity != "selective":
+        return frozenset()
+    return frozenset(f.recompute_modules) if f.recompute_modules else frozenset({"core_attn"})
+
+
+def saved_activation_floor(job: Job, order: Iterable[int] | None = None) -> Iterator[float] | None:
+    """Per PP rank in ``order`` (default: rank order), lazily: a lower bound on the device GiB (:func:`device_peaks`)
+    of every job that equals ``job`` but for a selective recompute (or none) that drops a subset of the components
+    ``job``'s recompute drops (:func:`ladder_drops`). None where the bound is not proved: ``job`` has full
+    recompute, CUDA graphs with a scope, layer-level or fine-grained activation offloading.
+
+    The bound is the rank's model state + its non-graphed saved activations at their peak in-flight state + the
+    non-PyTorch GiB (:func:`_rank_memory` with the working set, the runtime tail's allocated and reserved items, the
+    graph pool and the static graph buffers left out; each is >= 0 and the allocated peak takes the max of the
+    phases, so the device GiB is at least this sum). Proof that it bounds the other jobs too: the model state, the
+    in-flight states and the non-PyTorch GiB do not read the recompute fields (:data:`ACTIVATION_ONLY_FEATURES`,
+    :func:`static_features`); a chunk's saved bytes are a sum over its layers of
+    :func:`moetune.perfmodel.activations.layer_bytes` (the components left after the recompute's drops, each >= 0)
+    plus the embedding, loss and MTP extras (no recompute input), so dropping a subset keeps every term at least
+    as large, and the in-flight maximum of non-negative combinations is monotone too. Equal up to the rounding of
+    those float sums: callers compare with a slack (:meth:`moetune.plan.search.Search.ladder_prefix_unfit`)."""
+    f = job.features
+    if f.recompute_granularity == "full" or f.fine_grained_activation_offloading or f.cpu_offloading:
+        return None
+    fkey = chunk_features(f)
+    if fkey[0] or fkey[4]:  # a CUDA-graph scope (graphed activations, static buffers) or offloaded layers
+        return None
+    return _saved_floor(job, fkey, order)
+
+
+def _saved_floor(job: Job, fkey: ChunkFeatures, order: Iterable[int] | None) -> Iterator[float]:
+    m = job.model
+    cfg = act_config(job)
+    stages, vocab_padded, ranks, tail_of, sig_rows = _rank_static(job)
+    non_torch = tail_of.non_torch
+    for idx in range(len(stages)) if order is None else order:
+        rank = stages[idx]
+        static, states = ranks[idx][1], ranks[idx][3]
+        saved_arr = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank], vocab_padded)[1]
+        yield (static + float((states @ saved_arr).max())) / GIB + non_torch
 
 
 def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None) -> Iterator:

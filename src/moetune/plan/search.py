@@ -49,9 +49,11 @@ from moetune.perfmodel.memory import (
     estimate_memory,
     fits_capacity,
     headroom_gib,
+    ladder_drops,
     non_torch_gib,
     reserved_features,
     reserved_peaks,
+    saved_activation_floor,
     weight_and_optimizer_bytes,
 )
 from moetune.perfmodel.schedule import pipeline_step
@@ -245,6 +247,26 @@ def _base_features(model: ModelArch, precision: str, lp: LayoutPoint, fsdp: bool
     upd = choice_updates(FeatureChoices(fsdp=fsdp))
     upd.update(choice_updates(pinned))
     return f.model_copy(update=upd)
+
+
+#: relative slack of :meth:`Search.ladder_prefix_unfit` (of the GiB limit): float rounding of the activation sums is
+#: ~1e-14 relative, so a bound above the limit by this much is above every covered option's device GiB's limit too
+LADDER_FLOOR_SLACK = 1e-9
+
+
+def ladder_cover(options: list[tuple[int, dict]]) -> int:
+    """The last option ``c`` of the recompute ladder ``options`` (:func:`_recompute_options`, in order) whose
+    dropped activation components (:func:`moetune.perfmodel.memory.ladder_drops`) include those of every option
+    before it, so that :func:`~moetune.perfmodel.memory.saved_activation_floor` of ``c``'s job bounds the device
+    GiB of options ``0..c``; 0 where there is none (a pinned recompute, full recompute first). The selective ladder
+    is not nested (``moe_act,layernorm`` drops no ``mla_up_proj``), so the cover is a prefix: on DeepSeek-V3 options
+    0-6 (up to ``mla_up_proj,moe_act,layernorm,mlp``)."""
+    drops = [ladder_drops(Features().model_copy(update=rec)) for _, rec in options]
+    for c in range(len(drops) - 1, 0, -1):
+        dc = drops[c]
+        if dc is not None and all(d is not None and d <= dc for d in drops[:c]):
+            return c
+    return 0
 
 
 def _recompute_options(model: ModelArch, max_recompute: str, pinned: str | None = None) -> list[tuple[int, dict]]:
@@ -558,8 +580,12 @@ class Search:
     """
 
     def __init__(self, req: PlanRequest, shared: SharedBound | None = None, schedule_bound: bool = True,
-                 starts: dict[str, Any] | None = None, variant_bound: bool = True, queue_bound: bool = True) -> None:
+                 starts: dict[str, Any] | None = None, variant_bound: bool = True, queue_bound: bool = True,
+                 ladder_bound: bool = True) -> None:
         self.req = req
+        #: skip the fit tests of the ladder options that :meth:`ladder_prefix_unfit` proves cannot fit (same result
+        #: and counters; ``False`` tests every option, tests/test_plan_ladder.py compares both)
+        self.ladder_bound = ladder_bound
         #: price a queued layout's base job only when its bound may make it the next (:meth:`order`; ``False`` prices
         #: every layout first; same result and counters, tests/test_plan_queue.py compares both)
         self.queue_bound = queue_bound
@@ -577,6 +603,9 @@ class Search:
                                            str(req.fix["recompute"]) if "recompute" in req.fix else None)
         #: per ladder option: whether every later option recomputes at least what it does (:meth:`ladder_rest_pruned`)
         self._ladder_cores = ladder_cores(self.rec_opts)
+        #: the ladder option whose :func:`~moetune.perfmodel.memory.saved_activation_floor` bounds every option up to
+        #: it (:func:`ladder_cover`; 0: none)
+        self._ladder_cover = ladder_cover(self.rec_opts)
         self.starts = starts if starts is not None else plan_starts(req)
         self.k = max(req.top, 1)
         self.eff = resolve_efficiency(req.efficiency)  # resolved once
@@ -748,10 +777,14 @@ class Search:
 
     def retune(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """Retune a layout whose floor fits: layer-level CPU offloading where it applies (:meth:`layer_offload`), then
-        the recompute ladder, least recompute first (module docstring step 2)."""
+        the recompute ladder, least recompute first (module docstring step 2). When the least option does not end
+        the ladder, one memory floor (:meth:`ladder_prefix_unfit`) may prove the options up to :func:`ladder_cover`
+        unfit; their fit tests are then skipped (each would fail and record nothing, so answers and counters are
+        those of testing them)."""
         floor_rank = self.rec_opts[-1][0]
         self.layer_offload(lp, mode)
         fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
+        unfit_upto = -1  # options 1..unfit_upto are proved not to fit (:meth:`ladder_prefix_unfit`)
         for j, (rank, rec) in enumerate(self.rec_opts):
             if (j and self.schedule_bound and self._ladder_cores[j] and len(self.best) >= self.k
                     and self.ladder_rest_pruned(lp, mode, j, fitted)):
@@ -759,6 +792,10 @@ class Search:
                 # ladder would record nothing (its fit tests and option bounds are skipped)
                 self.pruned_bound += 1
                 break
+            if j == 1 and self.ladder_bound and self._ladder_cover > 1 and self.ladder_prefix_unfit(lp, mode):
+                unfit_upto = self._ladder_cover
+            if j <= unfit_upto and rank != floor_rank:
+                continue  # its fit test would fail: the same as below, without the test
             if rank != floor_rank and not self.fits(lp, self.features(mode, lp, rec)):
                 continue
             if rank and len(self.best) >= self.k:
@@ -778,6 +815,22 @@ class Search:
                 # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
                 # can make room for a feature that saves more than the recompute costs
                 break
+
+    def ladder_prefix_unfit(self, lp: LayoutPoint, mode: tuple[str, bool]) -> bool:
+        """Whether no option of the recompute ladder up to :func:`ladder_cover`'s option fits the layout's base
+        features (so their fit tests in :meth:`retune` would all fail): the
+        :func:`~moetune.perfmodel.memory.saved_activation_floor` of that option's base job, a lower bound on the
+        device GiB of every option it covers, exceeds the capacity less the headroom on some rank by more than
+        :data:`LADDER_FLOOR_SLACK` (the bound's float sums may round differently from each option's own; the slack
+        is far above that rounding, so only options proved unfit by a strict margin are skipped)."""
+        feats = self.features(mode, lp, self.rec_opts[self._ladder_cover][1])
+        lk = lp.key()
+        first = self._overflow_rank.get(lk, 0)
+        floors = saved_activation_floor(self.job_of(lp, feats), [first, *(i for i in range(lp.pp) if i != first)])
+        if floors is None:
+            return False
+        limit = self.capacity - self.headroom
+        return any(gib > limit + LADDER_FLOOR_SLACK * max(1.0, abs(limit)) for gib in floors)
 
     def layer_offload(self, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """Layer-level CPU activation offloading as the alternative to recompute of a PP-1 layout that does not fit
