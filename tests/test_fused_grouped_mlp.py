@@ -19,7 +19,6 @@ from moetune.io.check import check_config, check_job
 from moetune.io.config_to_job import (
     config_to_megatron_args,
     cutedsl_requested,
-    env_flag_on,
     job_from_config,
     job_to_config,
 )
@@ -33,6 +32,7 @@ from moetune.perfmodel.calibration import default_efficiency
 from moetune.perfmodel.step import estimate_time, fused_grouped_mlp
 from moetune.rules import Env
 from moetune.spec import Features, Job, Layout
+from moetune.spec.features import env_flag_on
 
 RUNNER = CliRunner()
 ON = {"cutedsl_fused_grouped_mlp": True}

@@ -28,7 +28,13 @@ from moetune.io.megatron_args import FLAGS
 from moetune.overrides import format_override, format_value
 from moetune.rules.engine import Env, gpu_key
 from moetune.spec import Features, Job, Layout, ModelArch, System
-from moetune.spec.features import BRIDGE_MIXED_PRECISION, PRECISION_ALIASES
+from moetune.spec.features import (
+    BRIDGE_MIXED_PRECISION,
+    CUTEDSL_FUSED_GROUPED_MLP_ENV,
+    FUSED_GROUPED_MLP_GLU_INTERLEAVE,
+    PRECISION_ALIASES,
+    env_flag_on,
+)
 from moetune.spec.layout import bridge_default_etp
 from moetune.spec.model_fields import HYBRID_LAYER_SYMBOLS, arch_to_model_fields
 
@@ -299,28 +305,13 @@ def job_from_config(cfg: dict, *, system: str | System | None = None, gpus: int 
                features=features, assumptions=tuple(notes))
 
 
-#: the environment variable that turns on Transformer Engine's CuTeDSL fused grouped MLP (read once at import:
-#: ``int(os.environ.get("NVTE_CUTEDSL_FUSED_GROUPED_MLP", "0")) > 0`` in transformer_engine/pytorch/ops/fused/
-#: grouped_mlp.py ``_GroupedMLP_CuTeGEMMBase.is_supported``)
-CUTEDSL_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
-
-
-def env_flag_on(value: Any) -> bool:
-    """TE's reading of an integer switch variable: on when its integer value is > 0 (unset, empty or not an integer
-    counts as off)."""
-    try:
-        return int(str(value).strip()) > 0
-    except (TypeError, ValueError):
-        return False
-
-
 def cutedsl_requested(model: dict, env: dict) -> bool:
-    """``Features.cutedsl_fused_grouped_mlp`` of a config: :data:`CUTEDSL_ENV` on and the expert MLP built by the TE
+    """``Features.cutedsl_fused_grouped_mlp`` of a config: :data:`CUTEDSL_FUSED_GROUPED_MLP_ENV` on and the expert MLP built by the TE
     op fuser (``use_transformer_engine_op_fuser``: Megatron-Core ``TEGroupedMLP`` then runs FC1, the activation and
     FC2 as one ``te.ops.Sequential``, the only path TE's fusion sees; megatron/core/transformer/moe/experts.py
     ``_make_fused_ops``). Whether TE then fuses (GPU, precision, activation, sizes) is the step model's
     :func:`moetune.perfmodel.compute.fused_grouped_mlp_runs` and rules MOE-090..MOE-095."""
-    return env_flag_on(env.get(CUTEDSL_ENV)) and bool(model.get("use_transformer_engine_op_fuser"))
+    return env_flag_on(env.get(CUTEDSL_FUSED_GROUPED_MLP_ENV)) and bool(model.get("use_transformer_engine_op_fuser"))
 
 
 _RMODS = {"core_attn", "layernorm", "mlp", "moe", "moe_act", "shared_experts", "mla_up_proj", "mhc"}
@@ -550,7 +541,7 @@ def job_to_config(job: Job) -> dict:
             # interleaving (TE validate_grouped_mlp_dims), plus the EP-overlap companions it sets
             model["use_transformer_engine_op_fuser"] = True
             if job.model.gated_linear_unit:
-                model["moe_mlp_glu_interleave_size"] = 32
+                model["moe_mlp_glu_interleave_size"] = FUSED_GROUPED_MLP_GLU_INTERLEAVE
             if f.overlap_moe_expert_parallel_comm:
                 model["high_priority_a2a_comm_stream"] = True
                 if f.moe_token_dispatcher_type == "flex" and f.moe_flex_dispatcher_backend == "hybridep":
@@ -606,7 +597,7 @@ def job_to_config(job: Job) -> dict:
         "dist": {"use_megatron_fsdp": f.use_megatron_fsdp},
         "rerun_state_machine": {"check_for_nan_in_loss": impl != "full_iteration"},
         "env_vars": {**({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"} if f.expandable_segments else {}),
-                     **({CUTEDSL_ENV: "1"} if f.cutedsl_fused_grouped_mlp and job.model.is_moe else {})},
+                     **({CUTEDSL_FUSED_GROUPED_MLP_ENV: "1"} if f.cutedsl_fused_grouped_mlp and job.model.is_moe else {})},
         "_meta": {"model": job.model.name, "gpus": job.gpus, "system": job.system.name, "moe": job.model.is_moe},
     }
     if f.task == "lora":  # Bridge ``peft`` section (megatron/bridge/peft/lora.py ``LoRA``)

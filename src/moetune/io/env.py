@@ -6,6 +6,7 @@ One implementation used by the planner's launch output and by sweep scripts.
 
 from __future__ import annotations
 
+from moetune.spec.features import CUTEDSL_FUSED_GROUPED_MLP_ENV
 from moetune.spec.job import Job
 
 
@@ -39,7 +40,7 @@ def feature_env_reasons(job: Job) -> dict[str, tuple[str, str]]:
     env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = ("1", "frees NCCL tensors promptly (D:pg)")
     env["NVTE_ALLOW_NONDETERMINISTIC_ALGO"] = ("1", "faster non-deterministic TE kernels (S:hw)")
     if f.cutedsl_fused_grouped_mlp and job.model.is_moe:
-        env["NVTE_CUTEDSL_FUSED_GROUPED_MLP"] = (
+        env[CUTEDSL_FUSED_GROUPED_MLP_ENV] = (
             "1", "TE CuTeDSL fused grouped MLP of the experts (TE ops/fused/grouped_mlp.py; Bridge perf_plugins.py)")
         if f.overlap_moe_expert_parallel_comm:
             env["CUDNNFE_CLUSTER_OVERLAP_MARGIN"] = (

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from moetune.spec.features import FUSED_GROUPED_MLP_DIM_ALIGN
+
 #: component tags of work items (used to select what a recompute module re-runs)
 TAGS = ("attn_proj", "mla_up", "core_attn", "norm", "mixer", "mlp", "mlp_act", "router", "moe_perm", "experts",
         "moe_act", "shared", "logits", "other")
@@ -216,8 +218,6 @@ def glu_bytes(width: float, gated: bool, activation: str = "swiglu") -> float:
 FUSED_GROUPED_MLP_ACTIVATIONS = frozenset({"swiglu", "swiglu_clamped", "squared_relu"})
 #: precisions whose recipe the fusion takes (``fuse_grouped_mlp_ops``: ``recipe.mxfp8() or recipe.nvfp4()``)
 FUSED_GROUPED_MLP_PRECISIONS = frozenset({"mxfp8", "nvfp4"})
-#: the feature-map and weight dimensions must be multiples of 64 (``validate_grouped_mlp_dims``)
-FUSED_GROUPED_MLP_DIM_ALIGN = 64
 
 
 def fused_grouped_mlp_runs(*, requested: bool, arch: str, precision: str, etp: int, grouped_gemm: bool,

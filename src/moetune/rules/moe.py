@@ -11,6 +11,12 @@ import math
 
 from moetune.rules.common import ENV, I_, RT, W_, E, modules
 from moetune.rules.engine import Ctx, all_of, rule
+from moetune.spec.features import (
+    CUTEDSL_FUSED_GROUPED_MLP_ENV,
+    FUSED_GROUPED_MLP_DIM_ALIGN,
+    FUSED_GROUPED_MLP_GLU_INTERLEAVE,
+    env_flag_on,
+)
 
 A = "moe"
 LB_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "quantile_balancing", "none")
@@ -316,15 +322,12 @@ rule("MOE-069", A, E, "C", ["model.moe_shared_expert_overlap", "model.moe_token_
 # compute capability 10.x), ``fuse_grouped_mlp_ops`` (MXFP8 / NVFP4 recipe with RHT; SwiGLU, clamped GeGLU, SReLU),
 # ``validate_grouped_mlp_dims`` (sizes % 64, GLU interleave 32): where a condition fails TE silently keeps the op
 # sequence unfused. megatron/core/transformer/moe/experts.py ``TEGroupedMLP._is_fused_impl_supported`` (MCore/ex).
-CUTEDSL_VAR = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+CUTEDSL_VAR = CUTEDSL_FUSED_GROUPED_MLP_ENV
 
 
 def _cutedsl_env(c: Ctx) -> bool:
-    v = c.var(CUTEDSL_VAR)
-    try:
-        return int(str(v).strip()) > 0 if isinstance(v, str) else False
-    except ValueError:
-        return False
+    v = c.var(CUTEDSL_VAR)  # a str, None (unset) or UNKNOWN (process environment not known): only a str can be on
+    return isinstance(v, str) and env_flag_on(v)
 
 
 def _cutedsl(c: Ctx) -> bool:
@@ -345,7 +348,7 @@ def _block_scaled(c: Ctx) -> bool:
 
 def _dims_misaligned(c: Ctx) -> bool:
     sizes = [c.m("moe_latent_size") or c.m("hidden_size"), c.m("moe_ffn_hidden_size")]
-    return any(isinstance(x, int) and x % 64 for x in sizes)
+    return any(isinstance(x, int) and x % FUSED_GROUPED_MLP_DIM_ALIGN for x in sizes)
 
 
 rule("MOE-090", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.use_transformer_engine_op_fuser"],
@@ -353,7 +356,7 @@ rule("MOE-090", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.use_tr
      "NVTE_CUTEDSL_FUSED_GROUPED_MLP has no effect without use_transformer_engine_op_fuser: only the op-fuser expert "
      "MLP reaches TE's fused grouped MLP", "MCore/ex TEGroupedMLP._make_fused_ops; TE/gm fuse_grouped_mlp_ops",
      fix=lambda c: {"model.use_transformer_engine_op_fuser": True,
-                    **({"model.moe_mlp_glu_interleave_size": 32} if _glu_experts(c) else {})},
+                    **({"model.moe_mlp_glu_interleave_size": FUSED_GROUPED_MLP_GLU_INTERLEAVE} if _glu_experts(c) else {})},
      env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
 rule("MOE-091", A, W_, "R", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "env.gpu"],
      lambda c: _cutedsl(c) and c.gpu_is(lambda cc, n: cc[0] != 10) is True,  # unknown GPU (VR200): no verdict
@@ -366,9 +369,9 @@ rule("MOE-092", A, W_, "R", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.fp8_re
      "TE/gm fuse_grouped_mlp_ops (recipe.mxfp8() or recipe.nvfp4())", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
      env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
 rule("MOE-093", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.moe_mlp_glu_interleave_size"],
-     lambda c: _cutedsl(c) and _glu_experts(c) and c.m("moe_mlp_glu_interleave_size") != 32,
+     lambda c: _cutedsl(c) and _glu_experts(c) and c.m("moe_mlp_glu_interleave_size") != FUSED_GROUPED_MLP_GLU_INTERLEAVE,
      "the CuTeDSL fused grouped MLP needs 32-wide GLU interleaving (moe_mlp_glu_interleave_size=32): without it the "
-     "experts run unfused", "TE/gm validate_grouped_mlp_dims", fix={"model.moe_mlp_glu_interleave_size": 32},
+     "experts run unfused", "TE/gm validate_grouped_mlp_dims", fix={"model.moe_mlp_glu_interleave_size": FUSED_GROUPED_MLP_GLU_INTERLEAVE},
      env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
 rule("MOE-094", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.hidden_size", "model.moe_ffn_hidden_size",
                              "model.moe_latent_size"],

@@ -49,6 +49,25 @@ BRIDGE_MIXED_PRECISION: dict[str, str] = {
 PRECISION_LABELS = ("BF16", "FP16", "FP8", "FP8-CS", "FP8-DS", "FP8-SC", "FP8-MX", "MXFP8", "NVFP4")
 
 
+#: Transformer Engine's switch of the CuTeDSL fused grouped MLP, read once at import as
+#: ``int(os.environ.get(name, "0")) > 0`` (transformer_engine/pytorch/ops/fused/grouped_mlp.py
+#: ``_GroupedMLP_CuTeGEMMBase.is_supported``; :func:`env_flag_on`)
+CUTEDSL_FUSED_GROUPED_MLP_ENV = "NVTE_CUTEDSL_FUSED_GROUPED_MLP"
+#: the GLU interleave width the fused kernels require (``moe_mlp_glu_interleave_size``; TE ``validate_grouped_mlp_dims``)
+FUSED_GROUPED_MLP_GLU_INTERLEAVE = 32
+#: FC1 input and expert widths must be multiples of this (TE ``validate_grouped_mlp_dims``)
+FUSED_GROUPED_MLP_DIM_ALIGN = 64
+
+
+def env_flag_on(value: object) -> bool:
+    """TE's reading of an integer switch variable: on when its integer value is > 0 (unset, empty or not an integer
+    counts as off)."""
+    try:
+        return int(str(value).strip()) > 0
+    except (TypeError, ValueError):
+        return False
+
+
 def parse_precision(label: str) -> str:
     """Canonical precision for a label such as 'BF16', 'FP8-CS', 'FP8-MX', 'MXFP8', 'NVFP4', 'bf16_mixed'."""
     key = label.strip().lower().replace("-", "_").replace(" ", "_")
