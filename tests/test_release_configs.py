@@ -243,7 +243,8 @@ def test_plan_bench_labels_fine_tuning_rows_with_their_task(monkeypatch, capsys)
     rows = {"pretrain": {"release": "26.06", "model": "M", "system": "S", "num_gpus": "8", "precision": "MXFP8",
                          "task": "pretrain", "tp": "1", "pp": "2", "cp": "1", "vp": "20", "ep": "1", "mbs": "1"}}
     rows["lora"] = {**rows["pretrain"], "task": "lora"}
-    res = {"rank": 25, "gap": 0.15, "ok": False, "top1": "-", "pub_t": 1.0, "best_t": 0.9}
+    res = {"rank": 25, "rank_distinct": 12, "gap": 0.15, "ok": False, "ok_distinct": False, "top1": "-",
+           "pub_t": 1.0, "best_t": 0.9}
     monkeypatch.setattr(bench, "plan_rows", lambda rs: [(r, res, "") for r in rows.values()])
     monkeypatch.setattr(bench, "classify_miss", lambda r, res: "memory: recipe needs more")
     bench.main(["--classify", "--match", "nothing-matches"])

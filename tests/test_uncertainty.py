@@ -135,3 +135,39 @@ def test_compare_reports_whether_the_run_lands_in_the_predicted_band(tmp_path):
     bad.write_text("{}")
     r = run_cli("compare", f"{g}_golden.json", f"{g}_golden.json", "--predicted", str(bad))
     assert r.returncode == 2 and "time.band" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_distinct_rank_folds_variants_like_plan_lines():
+    """plan.ties.distinct_rank: VPP / MBS / pipeline-split variants of one TP CP PP EP ETP are one line; the rank is
+    1 + the lines whose best beats the step time."""
+    from moetune.plan.ties import distinct_rank
+
+    best = {(1, 1, 2, 1, 8, 1, 1, ""): 1.0, (1, 1, 2, 4, 8, 1, 2, ""): 0.9,  # one line (VPP / MBS differ), best 0.9
+            (1, 1, 4, 2, 8, 1, 1, "E|t|t|tL"): 1.2, (1, 1, 4, 1, 8, 1, 1, ""): 1.5,  # one line, best 1.2
+            (2, 1, 1, 1, 8, 1, 1, ""): 1.1}
+    assert distinct_rank(best, 0.85) == 1
+    assert distinct_rank(best, 1.0) == 2  # the 0.9 line beats it; 1.0 is not below itself
+    assert distinct_rank(best, 1.3) == 4
+    assert distinct_rank(best, 1.6) == 4  # the 1.5 variant does not add a line
+
+
+def test_plan_bench_distinct_rank_is_exact_under_pruning(monkeypatch):
+    """bench/plan_vs_published.exact_ranks: with the planner's top-K pruning the line of a step time far down
+    the list equals the line counted on a search that prices every layout (top large enough to prune nothing)."""
+    from dataclasses import replace
+
+    from moetune.plan.search import PlanRequest, plan
+    from moetune.plan.ties import distinct_rank
+
+    monkeypatch.syspath_prepend(str(DATA.parent / "bench"))
+    import plan_vs_published as bench
+
+    req = PlanRequest(model=get_model("Qwen3-30B-A3B"), system=get_system("DGX-H100"), gpus=16, global_batch_size=1024,
+                      seq_length=4096, precisions=("bf16",), top=3, workers=1)
+    small = plan(req)
+    everything = plan(replace(req, top=100_000))
+    times = sorted(everything.per_layout_best.values())
+    assert len(times) > 40 and len(small.per_layout_best) < len(times)  # the small search pruned layouts
+    for t in (times[5], times[25], times[-1] + 1.0):
+        rank = 1 + sum(1 for x in times if x < t - 1e-12)
+        assert bench.exact_ranks(req, small, t)[:2] == (rank, distinct_rank(everything.per_layout_best, t))

@@ -19,6 +19,18 @@ def layout_key(c: Any) -> tuple:
     return (lp.tp, lp.cp, lp.pp, lp.ep, lp.etp, bool(c.job.features.use_megatron_fsdp))
 
 
+def distinct_rank(per_layout_best: dict[tuple, float], step_s: float) -> int:
+    """1 + the number of distinct layouts (as :func:`layout_key` folds them: VPP, MBS and the pipeline split set
+    aside) whose best step time in ``per_layout_best`` (the planner's keys ``(tp, cp, pp, vpp, ep, etp, mbs,
+    pipeline_layout)``) beats ``step_s``: the line a layout of that step time would take in ``plan``'s list."""
+    best: dict[tuple, float] = {}
+    for k, t in per_layout_best.items():
+        d = (k[0], k[1], k[2], k[4], k[5])
+        if t < best.get(d, float("inf")):
+            best[d] = t
+    return 1 + sum(1 for t in best.values() if t < step_s - 1e-12)
+
+
 @dataclass
 class TieGroup:
     """Candidates of one distinct layout (ranked order kept), and whether the group ties with #1."""
