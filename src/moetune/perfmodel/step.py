@@ -1085,11 +1085,19 @@ def stage_a2a_and_sm(job: Job, efficiency: Efficiency | None = None) -> tuple[li
     return out, sm_frac
 
 
-def layer_host_gap(p: LayerPrice, ep_overlap: bool, sharp: float) -> float:
+def layer_host_gap(p: LayerPrice, ep_overlap: bool, sharp: float, ep_wall_frac: float = 0.0) -> float:
     """GPU idle seconds the host adds to one layer of price ``p`` per microbatch (:func:`evaluate`): its launches
-    against the layer's GPU time (:func:`moetune.perfmodel.host.host_exposed`; the dispatch/combine is GPU time unless
-    EP overlap hides it) plus its host syncs (none under EP overlap)."""
-    gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
+    against the layer's GPU time (:func:`moetune.perfmodel.host.host_exposed`) plus its host syncs (none under EP
+    overlap).
+
+    The layer's GPU time is the time its kernels keep the device busy, during which the host can enqueue ahead: the
+    compute, recompute and exposed TP / CP time and the dispatch/combine. Under EP overlap (the combined 1F1B
+    schedule) the dispatch/combine runs on the communication stream, and the compute stream waits on it
+    (``ScheduleNode.stream_acquire_context``: ``cudaStreamWaitEvent``, a device-side wait) only for the exposed part;
+    that part and the compute the dispatcher's SMs take away (:func:`moetune.perfmodel.schedule.sm_contention`) are
+    still device time behind which the host runs ahead, the hidden part is not. ``ep_wall_frac`` is that share of the
+    dispatch/combine seconds (exposed + SM contention over the stage's dispatch/combine, :func:`evaluate`)."""
+    gpu_t = p.comp + p.tp + p.cp + p.rec + (ep_wall_frac * p.a2a if ep_overlap else p.a2a)
     return H.host_exposed(p.host, gpu_t, sharp) + (0.0 if ep_overlap else p.sync)
 
 
@@ -1116,7 +1124,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             continue
         comp = rec = ctp = ccp = gemm = attn = mem = 0.0
         exp_tot = rec_a2a = 0.0
-        host_gap = 0.0
+        host_gap = extra_host = 0.0
         for key, n in st.layer_counts.items():
             p = priced[key]
             comp += n * p.comp
@@ -1128,7 +1136,6 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             ctp += n * p.tp
             ccp += n * p.cp
             exp_tot += n * p.exp
-            host_gap += n * layer_host_gap(p, ep_overlap, sharp)
         a2a_tot = _stage_a2a(st, priced)
         layers_s = comp + ctp + ccp  # the decoder layers' fwd + bwd (the offload copies hide behind them)
         if st.extra is not None:
@@ -1136,7 +1143,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             comp += 3 * (g + a + e)
             gemm += 3 * g
             mem += 3 * e
-            host_gap += host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e), sharp)
+            extra_host = host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e), sharp)
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
         partner = comp
         if delay_wgrad and not r.frozen_base:  # LoRA's frozen experts have no wgrad to delay
@@ -1145,6 +1152,11 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         if ep_overlap and sm_frac > 0:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
             ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
+        # the host enqueues ahead behind the device time of the layers, exposed dispatch/combine included
+        frac = ep_exp / a2a_tot if ep_overlap and a2a_tot > 0 else 0.0
+        for key, n in st.layer_counts.items():
+            host_gap += n * layer_host_gap(priced[key], ep_overlap, sharp, frac)
+        host_gap += extra_host
         # layer-level CPU offloading (PP 1): host copies longer than the layer they hide behind
         off_exp = (S.offload_exposed(prof.offload_bytes, _host_copy_gbs(job), layers_s / st.layers,
                                      job.model.num_layers // len(prof.offload_bytes))
