@@ -16,6 +16,7 @@ docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -828,6 +829,9 @@ class Rates(NamedTuple):
     nic_a2a_gbs: float  #: scale-out rate of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_network`)
     a2a_latency_s: float  #: start-up seconds of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_network`)
     nvlink_a2a_gbs: float  #: NVLink bandwidth x ``nvlink_a2a_eff`` (all-to-all), GB/s
+    #: p of the NVLink / network stages of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_seconds`):
+    #: ``hierarchical_a2a_sharpness`` for DeepEP / HybridEP, infinite (the max) for NCCL
+    a2a_stage_sharpness: float
     launch_us: float  #: ``launch_us.<host CPU family>``, µs per kernel launch
     quant_bytes: float  #: bytes per element of quantised GEMM inputs
     ep_overlap_eff: float  #: ``ep_overlap_eff``
@@ -873,6 +877,8 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
         nvlink_gbs=system.nvlink_bw_gbs * eff["nvlink_eff"],
         nic_gbs=system.scaleout_bw_gbs * eff["scaleout_eff"], nic_a2a_gbs=nic_a2a, a2a_latency_s=a2a_lat,
         nvlink_a2a_gbs=system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
+        a2a_stage_sharpness=(eff["hierarchical_a2a_sharpness"] if C.hierarchical_a2a(dispatcher, backend)
+                             else math.inf),
         launch_us=eff[f"launch_us.{cpu}"], quant_bytes=qb, ep_overlap_eff=eff["ep_overlap_eff"],
         grad_accum_bytes=grad_accum_bytes,
         host_queue_sharpness=eff["host_queue_sharpness"], frozen_base=frozen_base,
@@ -935,8 +941,8 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
     if lt.cp_a2a_bytes > 0 and q.cp > 1:  # Mamba CP all-to-alls (fwd + bwd) sit on the critical path
         cp_exp += 2 * C.group_a2a_seconds(lt.cp_a2a_bytes, q.cp, q.tp, q.nvlink_domain, r.nvlink_a2a_gbs,
                                           q.cp_a2a_nic_gbs, q.cp_a2a_latency_s, C.MAMBA_CP_A2AS)
-    a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s)
-               if lt.is_moe else 0.0)
+    a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s,
+                             r.a2a_stage_sharpness) if lt.is_moe else 0.0)
     rec_a2a = q.recompute_a2a * a2a_one
     if q.full_recompute_frac > 0 and lt.is_moe:
         rec_a2a = 2 * a2a_one * q.full_recompute_frac
