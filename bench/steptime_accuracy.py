@@ -425,6 +425,15 @@ def one_variable_checks(eff) -> None:
     _check("EP overlap, Qwen3-30B-A3B 16xH100 HybridEP (244 -> 287)", 287.305 / 244.039 - 1,
            b.model_tflops_per_gpu / a.model_tflops_per_gpu - 1, extra=f"  [{a.model_tflops_per_gpu:.0f} -> "
            f"{b.model_tflops_per_gpu:.0f}]")
+    # the same shape with the alltoall dispatcher, no CUDA graphs and no permute fusion (S:epo: 41.25 -> 31.31 s)
+    g = base.features.model_copy(update={
+        "moe_token_dispatcher_type": "alltoall", "moe_flex_dispatcher_backend": None, "cuda_graph_impl": "none",
+        "cuda_graph_scope": (), "moe_permute_fusion": False, "overlap_moe_expert_parallel_comm": False,
+        "delay_wgrad_compute": False})
+    c = estimate_time(base.with_(features=g), eff)
+    d = estimate_time(base.with_(features=g.model_copy(update={"overlap_moe_expert_parallel_comm": True})), eff)
+    _check("EP overlap, Qwen3-30B-A3B 16xH100 alltoall (41.25 -> 31.31 s)", 41.25 / 31.31 - 1,
+           c.step_time_s / d.step_time_s - 1, extra=f"  [{c.step_time_s:.2f} -> {d.step_time_s:.2f} s]")
     llama = get_model("Llama-3-70B")
     l4 = build_published_job(model=llama, system="DGX-H100", gpus=32, precision="fp8_cs", gbs=32, mbs=1, seq=4096,
                              tp=4, pp=4, cp=1, vp=5, ep=1)

@@ -46,7 +46,9 @@ Inter-node all-to-all (what makes cross-node EP slow; constants in efficiency.ya
 * **Latency floor.** Each all-to-all pays a fixed start-up (``a2a_latency_us``: NVLink-only vs. over the network,
   plus a per-remote-peer cost of posting one more send/recv), which dominates only for small messages per peer.
 * **DeepEP / HybridEP internode.** A token crosses the network once per remote domain holding one of its experts
-  (RDMA to the same-rail GPU of that node) and is forwarded over NVLink there (:func:`a2a_bytes`). The kernels hold
+  (RDMA to the same-rail GPU of that node) and is forwarded over NVLink there (:func:`a2a_bytes`). One kernel runs
+  both stages, which overlap only partly: their times combine as a p-norm (``hierarchical_a2a_sharpness``,
+  :func:`a2a_seconds`), which matters where they are alike (EP16 on two 8-GPU nodes). The kernels hold
   ``deepep_sms`` / ``hybridep_sms`` SMs while they run (:mod:`moetune.perfmodel.step`).
 """
 
@@ -99,7 +101,7 @@ def a2a_bytes(tokens: float, hidden: float, topk: float, ep: int, etp: int, doma
         return full * (n_in - 1) / n, full * (n - n_in) / n
     copies = tok_bytes * topk
     intra = copies * (e_in - 1) / ep
-    if dispatcher == "flex" and backend in ("deepep", "hybridep") and n_dom > 1:
+    if hierarchical_a2a(dispatcher, backend) and n_dom > 1:
         remote_domains = (n_dom - 1) * (1.0 - (1.0 - 1.0 / n_dom) ** topk)
         inter = tok_bytes * remote_domains
         # copies that arrive over the NIC are forwarded to their expert rank over NVLink
@@ -125,13 +127,37 @@ def a2a_latency_s(remote_domains: int, remote_peers: float, lat: dict[str, float
     return (lat.get("network", 0.0) + lat.get("per_remote_peer", 0.0) * remote_peers) * 1e-6
 
 
+def hierarchical_a2a(dispatcher: str, backend: str | None) -> bool:
+    """The DeepEP / HybridEP internode path: a token crosses the network once per remote domain and is forwarded over
+    NVLink there, both stages inside one kernel (:func:`a2a_bytes`, :func:`a2a_seconds`)."""
+    return dispatcher == "flex" and backend in ("deepep", "hybridep")
+
+
 def a2a_seconds(intra_bytes: float, inter_bytes: float, nvlink_gbs: float, nic_gbs: float,
-                latency_s: float = 0.0) -> float:
-    """NVLink and NIC transfers of an all-to-all run concurrently; the slower one sets the time, after the
-    all-to-all's fixed start-up ``latency_s``."""
+                latency_s: float = 0.0, stage_sharpness: float = math.inf) -> float:
+    """NVLink and NIC transfers of an all-to-all run concurrently after the all-to-all's fixed start-up
+    ``latency_s``; with the default ``stage_sharpness`` (infinite) the slower one sets the time (NCCL: independent
+    send/recv pairs per peer on their own channels).
+
+    DeepEP / HybridEP internode (:func:`hierarchical_a2a`) run both stages in one warp-specialised persistent kernel
+    on a few SMs: the RDMA warp group sends to the same-rail peer of each remote node, and the G2S / S2G warp groups
+    of the same blocks forward what arrived, and write the node-local tokens, over NVLink through a shared-memory
+    FIFO (the Hybrid-EP implementation notes of DeepEP's hybrid-ep branch, "Hybrid-EP Kernels", dispatch: "first
+    performs IB communication between peer GPUs, then each rank distributes the received inter-node data locally";
+    the combine pre-reduces in the node, sends, then reduces). The stages overlap, but not perfectly: the time is the p-norm
+    ``(t_nvlink^p + t_nic^p)^(1/p)`` with p = ``stage_sharpness`` (efficiency.yaml ``hierarchical_a2a_sharpness``),
+    which equals the max when one stage dominates (EP32 / EP64 on 8-GPU nodes) and exceeds it most when the two are
+    alike (EP16 on two 8-GPU nodes). Hybrid-EP README, H100 IB table, kernel time, 16 SMs, 4096 tokens, hidden 7168,
+    top-8 of 8 experts per rank: EP16 dispatch / combine 1.63 / 1.86 ms where the max gives 1.37 ms (p 3.1 / 1.9),
+    while EP32 and EP64 are at the max (tests/test_comm.py)."""
     if intra_bytes <= 0 and inter_bytes <= 0:
         return 0.0
-    return latency_s + max(intra_bytes / (nvlink_gbs * 1e9), inter_bytes / (nic_gbs * 1e9))
+    t_nvl, t_nic = intra_bytes / (nvlink_gbs * 1e9), inter_bytes / (nic_gbs * 1e9)
+    top = max(t_nvl, t_nic)
+    if stage_sharpness == math.inf or t_nvl <= 0 or t_nic <= 0:
+        return latency_s + top
+    p = stage_sharpness
+    return latency_s + top * ((t_nvl / top) ** p + (t_nic / top) ** p) ** (1.0 / p)
 
 
 def tp_collectives_per_layer(mixer: str, mlp: str, etp: int, tp: int, *, shared: bool = False) -> int:

@@ -16,6 +16,7 @@ docs/bridge_perf_notes.md §1): ``tokens/s/GPU × FLOPs/token``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -828,6 +829,9 @@ class Rates(NamedTuple):
     nic_a2a_gbs: float  #: scale-out rate of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_network`)
     a2a_latency_s: float  #: start-up seconds of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_network`)
     nvlink_a2a_gbs: float  #: NVLink bandwidth x ``nvlink_a2a_eff`` (all-to-all), GB/s
+    #: p of the NVLink / network stages of one EP dispatch/combine (:func:`moetune.perfmodel.comm.a2a_seconds`):
+    #: ``hierarchical_a2a_sharpness`` for DeepEP / HybridEP, infinite (the max) for NCCL
+    a2a_stage_sharpness: float
     launch_us: float  #: ``launch_us.<host CPU family>``, µs per kernel launch
     quant_bytes: float  #: bytes per element of quantised GEMM inputs
     ep_overlap_eff: float  #: ``ep_overlap_eff``
@@ -873,6 +877,8 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
         nvlink_gbs=system.nvlink_bw_gbs * eff["nvlink_eff"],
         nic_gbs=system.scaleout_bw_gbs * eff["scaleout_eff"], nic_a2a_gbs=nic_a2a, a2a_latency_s=a2a_lat,
         nvlink_a2a_gbs=system.nvlink_bw_gbs * eff["nvlink_a2a_eff"],
+        a2a_stage_sharpness=(eff["hierarchical_a2a_sharpness"] if C.hierarchical_a2a(dispatcher, backend)
+                             else math.inf),
         launch_us=eff[f"launch_us.{cpu}"], quant_bytes=qb, ep_overlap_eff=eff["ep_overlap_eff"],
         grad_accum_bytes=grad_accum_bytes,
         host_queue_sharpness=eff["host_queue_sharpness"], frozen_base=frozen_base,
@@ -935,8 +941,8 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
     if lt.cp_a2a_bytes > 0 and q.cp > 1:  # Mamba CP all-to-alls (fwd + bwd) sit on the critical path
         cp_exp += 2 * C.group_a2a_seconds(lt.cp_a2a_bytes, q.cp, q.tp, q.nvlink_domain, r.nvlink_a2a_gbs,
                                           q.cp_a2a_nic_gbs, q.cp_a2a_latency_s, C.MAMBA_CP_A2AS)
-    a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s)
-               if lt.is_moe else 0.0)
+    a2a_one = (C.a2a_seconds(lt.a2a_intra, lt.a2a_inter, r.nvlink_a2a_gbs, r.nic_a2a_gbs, r.a2a_latency_s,
+                             r.a2a_stage_sharpness) if lt.is_moe else 0.0)
     rec_a2a = q.recompute_a2a * a2a_one
     if q.full_recompute_frac > 0 and lt.is_moe:
         rec_a2a = 2 * a2a_one * q.full_recompute_frac
@@ -1085,11 +1091,19 @@ def stage_a2a_and_sm(job: Job, efficiency: Efficiency | None = None) -> tuple[li
     return out, sm_frac
 
 
-def layer_host_gap(p: LayerPrice, ep_overlap: bool, sharp: float) -> float:
+def layer_host_gap(p: LayerPrice, ep_overlap: bool, sharp: float, ep_wall_frac: float = 0.0) -> float:
     """GPU idle seconds the host adds to one layer of price ``p`` per microbatch (:func:`evaluate`): its launches
-    against the layer's GPU time (:func:`moetune.perfmodel.host.host_exposed`; the dispatch/combine is GPU time unless
-    EP overlap hides it) plus its host syncs (none under EP overlap)."""
-    gpu_t = p.comp + p.tp + p.cp + p.rec + (0.0 if ep_overlap else p.a2a)
+    against the layer's GPU time (:func:`moetune.perfmodel.host.host_exposed`) plus its host syncs (none under EP
+    overlap).
+
+    The layer's GPU time is the time its kernels keep the device busy, during which the host can enqueue ahead: the
+    compute, recompute and exposed TP / CP time and the dispatch/combine. Under EP overlap (the combined 1F1B
+    schedule) the dispatch/combine runs on the communication stream, and the compute stream waits on it
+    (``ScheduleNode.stream_acquire_context``: ``cudaStreamWaitEvent``, a device-side wait) only for the exposed part;
+    that part and the compute the dispatcher's SMs take away (:func:`moetune.perfmodel.schedule.sm_contention`) are
+    still device time behind which the host runs ahead, the hidden part is not. ``ep_wall_frac`` is that share of the
+    dispatch/combine seconds (exposed + SM contention over the stage's dispatch/combine, :func:`evaluate`)."""
+    gpu_t = p.comp + p.tp + p.cp + p.rec + (ep_wall_frac * p.a2a if ep_overlap else p.a2a)
     return H.host_exposed(p.host, gpu_t, sharp) + (0.0 if ep_overlap else p.sync)
 
 
@@ -1116,7 +1130,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             continue
         comp = rec = ctp = ccp = gemm = attn = mem = 0.0
         exp_tot = rec_a2a = 0.0
-        host_gap = 0.0
+        host_gap = extra_host = 0.0
         for key, n in st.layer_counts.items():
             p = priced[key]
             comp += n * p.comp
@@ -1128,7 +1142,6 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             ctp += n * p.tp
             ccp += n * p.cp
             exp_tot += n * p.exp
-            host_gap += n * layer_host_gap(p, ep_overlap, sharp)
         a2a_tot = _stage_a2a(st, priced)
         layers_s = comp + ctp + ccp  # the decoder layers' fwd + bwd (the offload copies hide behind them)
         if st.extra is not None:
@@ -1136,7 +1149,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             comp += 3 * (g + a + e)
             gemm += 3 * g
             mem += 3 * e
-            host_gap += host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e), sharp)
+            extra_host = host_exposed(st.extra_kernels * r.launch_us * 1e-6, 3 * (g + a + e), sharp)
         # EP dispatch/combine: hidden behind the partner microbatch's compute under EP overlap
         partner = comp
         if delay_wgrad and not r.frozen_base:  # LoRA's frozen experts have no wgrad to delay
@@ -1145,6 +1158,11 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         if ep_overlap and sm_frac > 0:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
             ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
+        # the host enqueues ahead behind the device time of the layers, exposed dispatch/combine included
+        frac = ep_exp / a2a_tot if ep_overlap and a2a_tot > 0 else 0.0
+        for key, n in st.layer_counts.items():
+            host_gap += n * layer_host_gap(priced[key], ep_overlap, sharp, frac)
+        host_gap += extra_host
         # layer-level CPU offloading (PP 1): host copies longer than the layer they hide behind
         off_exp = (S.offload_exposed(prof.offload_bytes, _host_copy_gbs(job), layers_s / st.layers,
                                      job.model.num_layers // len(prof.offload_bytes))
