@@ -1156,8 +1156,9 @@ class Search:
         return got
 
     def layout_of(self, lp: LayoutPoint) -> Layout:
-        """``_layout(lp)``, one instance per layout point."""
-        lk = lp.key()
+        """``_layout(lp)``, one instance per layout point but its microbatch size (a Layout has none: the points of
+        one mesh and split share the object, built, validated and hashed once)."""
+        lk = (lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
         lay = self._layout_cache.get(lk)
         if lay is None:
             lay = self._layout_cache[lk] = _layout(lp)
