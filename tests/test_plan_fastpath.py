@@ -474,3 +474,27 @@ def test_copy_config_is_deepcopy(req, layouts):
         assert not _containers(got) & _containers(tree)
     t = (1, "a", None)
     assert copy_config(t) is t and copy.deepcopy(t) is t
+
+
+def test_split_fields_cached_on_the_layout_is_the_fresh_value():
+    """split_fields keeps its value on the frozen layout: equal to the fields read afresh, not carried over by
+    model_copy or pickling, and invisible to equality, hashing and serialisation."""
+    import pickle
+
+    from moetune.spec.layout import Layout
+    from moetune.spec.pipeline import SplitFields, split_fields
+
+    def fresh(lay):
+        return SplitFields(lay.pp, lay.vpp, lay.pipeline_layout, lay.num_layers_in_first_pipeline_stage,
+                           lay.num_layers_in_last_pipeline_stage, lay.account_for_embedding_in_pipeline_split,
+                           lay.account_for_loss_in_pipeline_split)
+
+    lay = Layout(tp=2, pp=4, vpp=2, ep=8)
+    plain = Layout(tp=2, pp=4, vpp=2, ep=8)
+    got = split_fields(lay)
+    assert got == fresh(lay) and split_fields(lay) is got
+    assert lay == plain and plain == lay and hash(lay) == hash(plain) and lay.model_dump() == plain.model_dump()
+    other = lay.model_copy(update={"pp": 8, "vpp": None})
+    assert split_fields(other) == fresh(other) != got
+    back = pickle.loads(pickle.dumps(lay))
+    assert back == lay and split_fields(back) == got
