@@ -420,3 +420,81 @@ def test_effective_config_shares_no_mutable_default(monkeypatch):
     assert got == [1, [2]] and got is not E.MODEL_DEFAULTS["_test_list_default"]
     assert got[1] is not E.MODEL_DEFAULTS["_test_list_default"][1]
     assert eff["model"]["tensor_model_parallel_size"] == E.MODEL_DEFAULTS["tensor_model_parallel_size"]
+
+
+
+def _shape(x, seen=None):
+    """The tree of ``x`` with each container as (type, the order it was first reached in, its items), a container
+    reached again as ("again", that number): equal for two trees exactly when values, types and sharing agree."""
+    seen = {} if seen is None else seen
+    if isinstance(x, dict | list | tuple | set):
+        if id(x) in seen:
+            return ("again", seen[id(x)])
+        n = seen[id(x)] = len(seen)
+        if isinstance(x, dict):
+            items = [(_shape(k, seen), _shape(v, seen)) for k, v in x.items()]
+        else:
+            items = [_shape(v, seen) for v in (sorted(x) if isinstance(x, set) else x)]
+        return (type(x).__name__, n, items)
+    return (type(x).__name__, repr(x))
+
+
+def _containers(x, out=None) -> set[int]:
+    """ids of the mutable containers (dict, list, set, non-plain objects) reachable from ``x``."""
+    out = set() if out is None else out
+    if isinstance(x, dict | list | set | tuple):
+        if not isinstance(x, tuple):
+            out.add(id(x))
+        for v in (x.values() if isinstance(x, dict) else x):
+            _containers(v, out)
+    elif not isinstance(x, int | float | str | bytes | type(None)):
+        out.add(id(x))
+    return out
+
+
+@pytest.mark.parametrize("req,layouts", [(_QWEN, _QWEN_LAYOUTS[::41]), (_DSV2, _DSV2_LAYOUTS[::61])])
+def test_copy_config_is_deepcopy(req, layouts):
+    """:func:`moetune.io.effective.copy_config` returns what ``copy.deepcopy`` does, on the planner's configs and on
+    a tree with shared lists and dicts, tuples holding mutable items, sets and a dict subclass: equal values, types
+    and sharing, no mutable container of the original reachable from the copy, and a tuple of immutable items
+    returned as is."""
+    import copy
+    from collections import OrderedDict
+
+    from moetune.io.config_to_job import job_to_config
+    from moetune.io.effective import copy_config
+
+    shared, inner, odd = [1, 2], {"a": [3]}, OrderedDict(x=[1])
+    trees = [job_to_config(j) for lp in layouts[:6] for j in _variants(req, lp)[:2]]
+    trees.append({"m": {"l": shared, "k": shared, "t": (shared, 1), "u": (1, "x"), "d": inner, "e": [inner, inner]},
+                  "s": {1, 2}, "o": odd, "o2": odd, "f": 1.5, "n": None, "b": b"x"})
+    for tree in trees:
+        want, got = copy.deepcopy(tree), copy_config(tree)
+        assert got == want and _shape(got) == _shape(want)
+        assert not _containers(got) & _containers(tree)
+    t = (1, "a", None)
+    assert copy_config(t) is t and copy.deepcopy(t) is t
+
+
+def test_split_fields_cached_on_the_layout_is_the_fresh_value():
+    """split_fields keeps its value on the frozen layout: equal to the fields read afresh, not carried over by
+    model_copy or pickling, and invisible to equality, hashing and serialisation."""
+    import pickle
+
+    from moetune.spec.layout import Layout
+    from moetune.spec.pipeline import SplitFields, split_fields
+
+    def fresh(lay):
+        return SplitFields(lay.pp, lay.vpp, lay.pipeline_layout, lay.num_layers_in_first_pipeline_stage,
+                           lay.num_layers_in_last_pipeline_stage, lay.account_for_embedding_in_pipeline_split,
+                           lay.account_for_loss_in_pipeline_split)
+
+    lay = Layout(tp=2, pp=4, vpp=2, ep=8)
+    plain = Layout(tp=2, pp=4, vpp=2, ep=8)
+    got = split_fields(lay)
+    assert got == fresh(lay) and split_fields(lay) is got
+    assert lay == plain and plain == lay and hash(lay) == hash(plain) and lay.model_dump() == plain.model_dump()
+    other = lay.model_copy(update={"pp": 8, "vpp": None})
+    assert split_fields(other) == fresh(other) != got
+    back = pickle.loads(pickle.dumps(lay))
+    assert back == lay and split_fields(back) == got

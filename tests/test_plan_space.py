@@ -116,3 +116,25 @@ def test_parallel_shares_partition_the_layouts():
         assert layouts == whole.layouts
         assert sorted(x for q in queues for x in q) == sorted(want)
         assert sum(len(g) for g in groups) == len(set().union(*groups))
+
+
+def test_batch_violation_is_layout_violation_of_an_accepted_layout():
+    """The enumeration validates a layout once and then only the batch rules of each MBS (batch_violation): for every
+    layout that layout_violation accepts without a batch, both give the same answer for every (GBS, MBS), accepted or
+    not (PAR-035 divisibility, PAR-037/038 interleaved microbatch counts)."""
+    from moetune.spec.validate import batch_violation, layout_violation
+
+    checked = rejected = 0
+    for name, gpus, seq in (("DeepSeek-V3", 256, 4096), ("Qwen3-30B-A3B", 16, 4096), ("Llama-3-70B", 64, 8192)):
+        model = get_model(name)
+        for lp in enumerate_layouts(model, get_system("DGX-H100"), gpus, 1024, seq, SpaceLimits(mbs_options=(1,))):
+            lay = Layout(tp=lp.tp, pp=lp.pp, vpp=lp.vpp if lp.vpp > 1 else None, pipeline_layout=lp.pipeline_layout,
+                         cp=lp.cp, ep=lp.ep, etp=lp.etp)
+            assert layout_violation(model, lay, gpus, seq_length=seq, sequence_parallel=lp.tp > 1) is None
+            for gbs in (96, 256, 1024, 3000):
+                for mbs in (1, 2, 3, 4):
+                    want = layout_violation(model, lay, gpus, global_batch_size=gbs, micro_batch_size=mbs)
+                    assert batch_violation(model, lay, gpus, gbs, mbs) == want
+                    checked += 1
+                    rejected += want is not None
+    assert checked > 1000 and 0 < rejected < checked

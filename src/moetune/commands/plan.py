@@ -1,5 +1,6 @@
 """``moetune plan``: the main job — which layouts and features fit and run fastest, with launchable output."""
 
+import functools
 from typing import Annotated, Any
 
 import typer
@@ -74,8 +75,24 @@ def candidate_json(c, nxt=None, *, with_launch: bool = True, starts: dict[str, A
     return out
 
 
+def _collector_paused(cmd):
+    """Run the command with Python's cyclic collector paused (:func:`moetune.memo.collector_paused`): its start-up
+    imports of the planner (numpy, the step and memory models, the rules registry) and its search allocate
+    long-lived objects that no collection frees; ~0.04 s of start-up collections saved. Same signature for typer."""
+
+    @functools.wraps(cmd)
+    def run(*args, **kwargs):
+        from moetune.memo import collector_paused
+
+        with collector_paused():
+            return cmd(*args, **kwargs)
+
+    return run
+
+
 def register(app: typer.Typer) -> None:
     @app.command("plan")
+    @_collector_paused
     def plan_cmd(
         recipe: Annotated[str | None, typer.Option(
             "--recipe", help="Start from this Bridge perf recipe (`moetune recipes`): its model/system/GPUs/batch "

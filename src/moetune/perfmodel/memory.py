@@ -219,14 +219,9 @@ def _vocab_params_per_rank(model: ModelArch, tp: int) -> float:
     return model.padded_vocab_size(tp) * per_row / tp
 
 
-def _rank_params(job: Job, rank: PipelineRank) -> tuple[float, float, float, tuple[float, ...]]:
-    """(dense, expert, fp8-linear, per-chunk total) params on one PP rank."""
-    return _rank_params_cached(job.model, job.layout, rank.pp_rank)
-
-
 @memo(maxsize=32768)
 def _all_rank_params(m: ModelArch, lay) -> tuple[tuple[float, float, float, tuple[float, ...]], ...]:
-    """:func:`_rank_params` of every PP rank of the layout, in rank order."""
+    """(dense, expert, fp8-linear, per-chunk total) params of every PP rank of the layout, in rank order."""
     return tuple(_rank_params_cached(m, lay, r.pp_rank) for r in pipeline_ranks(m, lay))
 
 
@@ -344,8 +339,9 @@ def weight_and_optimizer_bytes(job: Job) -> list[float]:
     out = []
     per_job = (state_bytes(job), *shard_sizes(job))
     lora = lora_rank_params(job)
+    params = _all_rank_params(job.model, job.layout)  # one lookup per layout, not one per rank
     for rank in pipeline_ranks(job.model, job.layout):
-        d, e, li, _ = _rank_params(job, rank)
+        d, e, li, _ = params[rank.pp_rank]
         ms = _model_state(job, d, e, li, 0.0, per_job, None if lora is None else lora[rank.pp_rank])
         out.append(ms["weights"] + ms["main_grads"] + ms["optimizer_state"] + ms.get("lora_adapter_weights", 0.0))
     return out

@@ -38,7 +38,6 @@ from moetune.perfmodel.memory import (
     fine_grained_offloaded_bytes,
     grad_buffer_bytes,
     lora_rank_params,
-    state_bytes,
     task_assumptions,
 )
 from moetune.perfmodel.params import layer_params, lora_adapters
@@ -1026,7 +1025,8 @@ def _layer_prices(prof: Profile, eff: Efficiency) -> tuple[Rates, float, dict[tu
     job = prof.job
     lay = job.layout
     r, sm_frac, q = _price_context(job.system, eff, job.features, lay.tp, lay.cp, lay.ep, lay.expert_tp, prof.pcls,
-                                   prof.quant_bytes, 2 * state_bytes(job).grad, tuple(prof.recompute_frac.items()),
+                                   prof.quant_bytes, 2 * grad_buffer_bytes(job.features),
+                                   tuple(prof.recompute_frac.items()),
                                    prof.full_recompute_frac, prof.recompute_a2a)
     # per layer type: price once
     return r, sm_frac, {key: _price_layer(lt, q) for key, lt in prof.types.items()}

@@ -28,20 +28,19 @@ Order of the workflow, as implemented (:func:`plan`, then :class:`Search`):
 
 from __future__ import annotations
 
-import gc
 import heapq
 import itertools
 import multiprocessing
 import numbers
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from moetune.catalog.memory_constants import const
 from moetune.errors import InputError
 from moetune.io.check import check_job
+from moetune.memo import collector_paused
 from moetune.perfmodel.memory import (
     TIME_ONLY_FEATURES,
     cpu_offloaded_layer_bytes,
@@ -440,31 +439,6 @@ def plan(req: PlanRequest, *, schedule_bound: bool = True) -> PlanResult:
         if n_workers > 1:
             return _plan_parallel(req, n_workers, schedule_bound=schedule_bound, starts=starts)
         return Search(req, schedule_bound=schedule_bound, starts=starts).run()
-
-
-@contextmanager
-def collector_paused():
-    """Pause Python's cyclic garbage collector for the duration of a search (forked shares inherit the pause).
-
-    A search allocates millions of short-lived tuples and frozen specs that reference counting frees; none form
-    reference cycles, but every allocation burst triggers generation-0 collections and, as the memo tables grow,
-    full collections that rescan every long-lived object: about a fifth of the CPU time of a plan
-    (``moetune plan``: 7.1 s -> 5.7 s CPU, same peak RSS). Reference counting still frees everything; the collector
-    is restored (and runs as usual afterwards) even if the search raises.
-
-    Before it is re-enabled, the objects that outlive the search (the memo tables' keys and values, the result) are
-    moved to the collector's permanent generation (``gc.freeze``): otherwise the first allocation afterwards runs a
-    collection that scans all of them (they never left generation 0), ~0.3 s after a large plan. They are still freed
-    by reference counting when a table evicts them; only a reference cycle among them would outlive its use.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.freeze()
-            gc.enable()
 
 
 def refuse_unsupported_precision(req: PlanRequest) -> None:
@@ -1182,8 +1156,9 @@ class Search:
         return got
 
     def layout_of(self, lp: LayoutPoint) -> Layout:
-        """``_layout(lp)``, one instance per layout point."""
-        lk = lp.key()
+        """``_layout(lp)``, one instance per layout point but its microbatch size (a Layout has none: the points of
+        one mesh and split share the object, built, validated and hashed once)."""
+        lk = (lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
         lay = self._layout_cache.get(lk)
         if lay is None:
             lay = self._layout_cache[lk] = _layout(lp)

@@ -15,7 +15,7 @@ from moetune.perfmodel.balance import balanced_layout, stage_weights
 from moetune.spec.layout import Layout
 from moetune.spec.model import ModelArch
 from moetune.spec.system import System
-from moetune.spec.validate import layout_violation
+from moetune.spec.validate import batch_violation, layout_violation
 
 #: recompute ladder in the workflow's order (docs/domain.md §6.4: narrowest boundary first, full recompute last).
 #: Each entry is (granularity, modules). Modules that do not apply to the model are dropped when the ladder is built.
@@ -148,17 +148,17 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                             if keep is not None and not keep((tp, cp, ep, etp)):
                                 continue
                             edp = stage_world // (etp * ep)
-                            legal = None
+                            lay = legal = None
                             for mbs in _pick("mbs", mbs_opts, fix):
                                 if gbs % (mbs * dp):
                                     continue
-                                # the full PAR rule set (one implementation: moetune.spec.validate)
-                                lay = Layout(tp=tp, pp=pp, vpp=vpp if vpp > 1 else None, pipeline_layout=layout_str,
-                                             cp=cp, ep=ep, etp=etp)
-                                if legal is None:
+                                # the full PAR rule set (one implementation: moetune.spec.validate), the layout's
+                                # rules once, then the batch rules of each MBS (batch_violation: the same answer)
+                                if lay is None:
+                                    lay = Layout(tp=tp, pp=pp, vpp=vpp if vpp > 1 else None,
+                                                 pipeline_layout=layout_str, cp=cp, ep=ep, etp=etp)
                                     legal = layout_violation(model, lay, gpus, seq_length=seq,
                                                              sequence_parallel=tp > 1) is None
-                                if not legal or layout_violation(model, lay, gpus, global_batch_size=gbs,
-                                                                 micro_batch_size=mbs) is not None:
+                                if not legal or batch_violation(model, lay, gpus, gbs, mbs) is not None:
                                     continue
                                 yield LayoutPoint(tp, cp, pp, vpp, ep, etp, mbs, dp, edp, layout_str)

@@ -348,11 +348,24 @@ class SplitFields(NamedTuple):
     account_for_loss_in_pipeline_split: bool
 
 
+#: where :func:`split_fields` keeps a layout's value: a non-field key of the frozen instance's ``__dict__``, like its
+#: cached hash (:mod:`moetune.spec.base`: pydantic's equality and serialisation ignore it, ``model_copy`` and pickling
+#: drop it)
+_SPLIT_KEY = "_moetune_split"
+
+
 def split_fields(layout: Layout) -> SplitFields:
-    """:class:`SplitFields` of a layout."""
-    return SplitFields(layout.pp, layout.vpp, layout.pipeline_layout, layout.num_layers_in_first_pipeline_stage,
-                       layout.num_layers_in_last_pipeline_stage, layout.account_for_embedding_in_pipeline_split,
-                       layout.account_for_loss_in_pipeline_split)
+    """:class:`SplitFields` of a layout, built once per (frozen) layout object: the perf models read it for every
+    rank and job of a layout (the planner: ~50k calls per large request)."""
+    d = layout.__dict__
+    try:
+        return d[_SPLIT_KEY]
+    except KeyError:
+        got = d[_SPLIT_KEY] = SplitFields(
+            layout.pp, layout.vpp, layout.pipeline_layout, layout.num_layers_in_first_pipeline_stage,
+            layout.num_layers_in_last_pipeline_stage, layout.account_for_embedding_in_pipeline_split,
+            layout.account_for_loss_in_pipeline_split)
+        return got
 
 
 def stage_strings(model: ModelArch, layout: Layout | SplitFields) -> Stages:

@@ -207,6 +207,16 @@ def layout_violation(
     return None
 
 
+def batch_violation(model: ModelArch, layout: Layout, gpus: int, global_batch_size: int,
+                    micro_batch_size: int) -> str | None:
+    """What :func:`layout_violation` with this batch returns for a layout that it accepts without one: its batch
+    rules alone (PAR-035/037/038), every other check having passed. For the planner's enumeration, which validates
+    a layout once and then each microbatch size (tests/test_plan_space.py compares both)."""
+    pp = layout.pp
+    vpp = len(stage_strings(model, layout)) // pp
+    return _batch_violation(gpus // (layout.tp * layout.cp * pp), pp, vpp, global_batch_size, micro_batch_size)
+
+
 def validate_layout(
     model: ModelArch,
     layout: Layout,
