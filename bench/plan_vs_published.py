@@ -23,6 +23,7 @@ import argparse
 import csv
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from moetune.catalog.models import get_model
@@ -135,7 +136,7 @@ def exact_ranks(req: PlanRequest, full, pub_t: float) -> tuple[int, int, PlanReq
         faster = sum(1 for t in full.per_layout_best.values() if t < pub_t - 1e-12)
         if faster < req.top:
             return 1 + faster, distinct_rank(full.per_layout_best, pub_t), req, full
-        req = PlanRequest(**{**req.__dict__, "top": 2 * faster + 10})
+        req = replace(req, top=2 * faster + 10)
         full = plan(req)
 
 

@@ -346,7 +346,7 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
         defaults.update(MLM_MODEL_DEFAULTS)
     for k, v in defaults.items():
         if k not in model:  # setdefault would deep-copy every default, present or not (the planner's hot path)
-            model[k] = v if isinstance(v, _ATOMIC) else copy.deepcopy(v)
+            model[k] = copy_config(v)
     for sec, dd in (("ddp", DDP_DEFAULTS), ("optimizer", OPTIMIZER_DEFAULTS), ("dist", DIST_DEFAULTS),
                     ("rng", RNG_DEFAULTS), ("rerun_state_machine", RERUN_DEFAULTS), ("train", TRAIN_DEFAULTS)):
         for k, v in dd.items():

@@ -322,11 +322,11 @@ rule("MOE-069", A, E, "C", ["model.moe_shared_expert_overlap", "model.moe_token_
 # compute capability 10.x), ``fuse_grouped_mlp_ops`` (MXFP8 / NVFP4 recipe with RHT; SwiGLU, clamped GeGLU, SReLU),
 # ``validate_grouped_mlp_dims`` (sizes % 64, GLU interleave 32): where a condition fails TE silently keeps the op
 # sequence unfused. megatron/core/transformer/moe/experts.py ``TEGroupedMLP._is_fused_impl_supported`` (MCore/ex).
-CUTEDSL_VAR = CUTEDSL_FUSED_GROUPED_MLP_ENV
 
 
 def _cutedsl_env(c: Ctx) -> bool:
-    v = c.var(CUTEDSL_VAR)  # a str, None (unset) or UNKNOWN (process environment not known): only a str can be on
+    # a str, None (unset) or UNKNOWN (process environment not known): only a str can be on
+    v = c.var(CUTEDSL_FUSED_GROUPED_MLP_ENV)
     return isinstance(v, str) and env_flag_on(v)
 
 
@@ -361,12 +361,12 @@ rule("MOE-090", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.use_tr
 rule("MOE-091", A, W_, "R", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "env.gpu"],
      lambda c: _cutedsl(c) and c.gpu_is(lambda cc, n: cc[0] != 10) is True,  # unknown GPU (VR200): no verdict
      "the CuTeDSL fused grouped MLP runs only on SM 10.x (B200, GB200, B300, GB300): elsewhere the experts run unfused",
-     "TE/gm _GroupedMLP_CuTeGEMMBase.is_supported", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
+     "TE/gm _GroupedMLP_CuTeGEMMBase.is_supported", fix={f"env_vars.{CUTEDSL_FUSED_GROUPED_MLP_ENV}": "0"},
      env=("GPU type", "env NVTE_CUTEDSL_FUSED_GROUPED_MLP"))
 rule("MOE-092", A, W_, "R", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.fp8_recipe", "model.fp4_recipe"],
      lambda c: _cutedsl(c) and not _block_scaled(c),
      "the CuTeDSL fused grouped MLP needs an MXFP8 or NVFP4 recipe: with another precision the experts run unfused",
-     "TE/gm fuse_grouped_mlp_ops (recipe.mxfp8() or recipe.nvfp4())", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
+     "TE/gm fuse_grouped_mlp_ops (recipe.mxfp8() or recipe.nvfp4())", fix={f"env_vars.{CUTEDSL_FUSED_GROUPED_MLP_ENV}": "0"},
      env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
 rule("MOE-093", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.moe_mlp_glu_interleave_size"],
      lambda c: _cutedsl(c) and _glu_experts(c) and c.m("moe_mlp_glu_interleave_size") != FUSED_GROUPED_MLP_GLU_INTERLEAVE,
@@ -377,7 +377,7 @@ rule("MOE-094", A, W_, "B", ["env.NVTE_CUTEDSL_FUSED_GROUPED_MLP", "model.hidden
                              "model.moe_latent_size"],
      lambda c: _cutedsl(c) and _dims_misaligned(c),
      "the CuTeDSL fused grouped MLP needs the expert input and FFN sizes to be multiples of 64: the experts run unfused",
-     "TE/gm validate_grouped_mlp_dims", fix={f"env_vars.{CUTEDSL_VAR}": "0"},
+     "TE/gm validate_grouped_mlp_dims", fix={f"env_vars.{CUTEDSL_FUSED_GROUPED_MLP_ENV}": "0"},
      env=("env NVTE_CUTEDSL_FUSED_GROUPED_MLP",))
 rule("MOE-095", A, RT, "B", ["model.use_transformer_engine_op_fuser", "model.activation_func",
                              "model.gated_linear_unit", "model.use_fused_weighted_squared_relu"],
