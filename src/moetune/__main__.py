@@ -1,3 +1,3 @@
-from moetune.cli import main
+from moetune.cli import entry
 
-main()
+entry()
