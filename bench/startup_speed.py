@@ -37,10 +37,10 @@ COMMANDS = [
 ]
 
 HEAVY_PROBE = (
-    "import runpy, sys\n"
-    "sys.argv = ['moetune', *sys.argv[1:]]\n"
+    "import sys\n"
+    "from moetune.cli import main  # what ``python -m moetune`` runs, without its exit that skips the teardown\n"
     "try:\n"
-    "    runpy.run_module('moetune', run_name='__main__')\n"
+    "    main(sys.argv[1:])\n"
     "except SystemExit:\n"
     "    pass\n"
     "heavy = sorted({m.split('.')[0] if m.split('.')[0] in ('numpy', 'scipy') else m for m in sys.modules\n"
