@@ -88,7 +88,19 @@ def _pick(name: str, options: list[int], fix: dict) -> list[int]:
 def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq: int,
                       limits: SpaceLimits | None = None,
                       keep: Callable[[tuple[int, int, int, int]], bool] | None = None) -> Iterator[LayoutPoint]:
-    """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038).
+    """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038): the
+    points of :func:`enumerate_meshes`, in its order."""
+    for _, points in enumerate_meshes(model, system, gpus, gbs, seq, limits, keep):
+        yield from points
+
+
+def enumerate_meshes(model: ModelArch, system: System, gpus: int, gbs: int, seq: int,
+                     limits: SpaceLimits | None = None,
+                     keep: Callable[[tuple[int, int, int, int]], bool] | None = None
+                     ) -> Iterator[tuple[Layout, list[LayoutPoint]]]:
+    """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038), one mesh
+    and pipeline split at a time: its validated :class:`~moetune.spec.layout.Layout` (the one ``Layout(tp=, pp=,
+    vpp=, pipeline_layout=, cp=, ep=, etp=)`` of its points) and its accepted points, one per microbatch size.
 
     ``keep((tp, cp, ep, etp))``, when given, is asked before the layouts of that group at each pipeline split are
     built and validated: only the groups it keeps are enumerated (a share of the parallel search, whose validation
@@ -110,6 +122,9 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
     eps = divisors(experts) if model.is_moe else [1]
     mbs_opts = list(lim.mbs_options)
     weights = stage_weights(model, seq)
+    # every Layout field below is an int >= 1 (unless pinned lower: then validated, to raise as before), None or a
+    # str, so validation would build the same instance (:meth:`~moetune.spec.base.FrozenSpec.trusted`)
+    make = Layout.trusted if all(int(fix[k]) >= 1 for k in ("tp", "cp", "pp", "ep", "etp") if k in fix) else Layout
     for tp in _pick("tp", tps, fix):
         for cp in _pick("cp", cps, fix):
             if gpus % (tp * cp):
@@ -149,16 +164,19 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                                 continue
                             edp = stage_world // (etp * ep)
                             lay = legal = None
+                            points = []
                             for mbs in _pick("mbs", mbs_opts, fix):
                                 if gbs % (mbs * dp):
                                     continue
                                 # the full PAR rule set (one implementation: moetune.spec.validate), the layout's
                                 # rules once, then the batch rules of each MBS (batch_violation: the same answer)
                                 if lay is None:
-                                    lay = Layout(tp=tp, pp=pp, vpp=vpp if vpp > 1 else None,
-                                                 pipeline_layout=layout_str, cp=cp, ep=ep, etp=etp)
+                                    lay = make(tp=tp, pp=pp, vpp=vpp if vpp > 1 else None,
+                                               pipeline_layout=layout_str, cp=cp, ep=ep, etp=etp)
                                     legal = layout_violation(model, lay, gpus, seq_length=seq,
                                                              sequence_parallel=tp > 1) is None
                                 if not legal or batch_violation(model, lay, gpus, gbs, mbs) is not None:
                                     continue
-                                yield LayoutPoint(tp, cp, pp, vpp, ep, etp, mbs, dp, edp, layout_str)
+                                points.append(LayoutPoint(tp, cp, pp, vpp, ep, etp, mbs, dp, edp, layout_str))
+                            if points:
+                                yield lay, points
