@@ -354,7 +354,8 @@ def state_floor_bytes(job: Job) -> float:
     split usually do (tests/test_plan_fastpath.py compares both on every layout of several requests)."""
     per_job = (state_bytes(job), *shard_sizes(job))
     lora = lora_rank_params(job)
-    params = _all_rank_params(job.model, job.layout)  # in rank order
+    lay = job.layout  # its split's parameters, without hashing the layout (pass 1 prices most layouts only here)
+    params = _split_all_rank_params(job.model, split_fields(lay), lay.tp, lay.ep, lay.expert_tp)  # in rank order
     ranks = dict.fromkeys((p[0], p[1], p[2], None if lora is None else lora[i]) for i, p in enumerate(params))
     return max(_state_sum(job, d, e, li, per_job, t) for d, e, li, t in ranks)
 

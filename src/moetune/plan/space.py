@@ -122,9 +122,6 @@ def enumerate_meshes(model: ModelArch, system: System, gpus: int, gbs: int, seq:
     eps = divisors(experts) if model.is_moe else [1]
     mbs_opts = list(lim.mbs_options)
     weights = stage_weights(model, seq)
-    # every Layout field below is an int >= 1 (unless pinned lower: then validated, to raise as before), None or a
-    # str, so validation would build the same instance (:meth:`~moetune.spec.base.FrozenSpec.trusted`)
-    make = Layout.trusted if all(int(fix[k]) >= 1 for k in ("tp", "cp", "pp", "ep", "etp") if k in fix) else Layout
     for tp in _pick("tp", tps, fix):
         for cp in _pick("cp", cps, fix):
             if gpus % (tp * cp):
@@ -171,8 +168,8 @@ def enumerate_meshes(model: ModelArch, system: System, gpus: int, gbs: int, seq:
                                 # the full PAR rule set (one implementation: moetune.spec.validate), the layout's
                                 # rules once, then the batch rules of each MBS (batch_violation: the same answer)
                                 if lay is None:
-                                    lay = make(tp=tp, pp=pp, vpp=vpp if vpp > 1 else None,
-                                               pipeline_layout=layout_str, cp=cp, ep=ep, etp=etp)
+                                    lay = Layout(tp=tp, pp=pp, vpp=vpp if vpp > 1 else None,
+                                                 pipeline_layout=layout_str, cp=cp, ep=ep, etp=etp)
                                     legal = layout_violation(model, lay, gpus, seq_length=seq,
                                                              sequence_parallel=tp > 1) is None
                                 if not legal or batch_violation(model, lay, gpus, gbs, mbs) is not None:
