@@ -598,6 +598,7 @@ class Search:
         self._tie = itertools.count()
         # memo tables of one search (identical values, fewer pydantic objects)
         self._base_cache: dict[tuple, Features] = {}
+        self._state_cache: dict[tuple, float] = {}  # :meth:`state_floor`
         self._feat_cache: dict[tuple, Features] = {}
         self._mem_feats: dict[int, Features] = {}
         self._canon: dict[Features, Features] = {}
@@ -627,7 +628,6 @@ class Search:
         """Model-state floor; the surviving layouts are queued for :meth:`pass_2` (priced by :meth:`order`)."""
         req = self.req
         part_i, part_n = req.partition
-        GiB = 1024.0**3
         # share by (TP, CP, EP, ETP), numbered in the order the enumeration first reaches them: per-layer work and
         # model-state floors stay in one process, and the other shares' layouts are neither built nor validated here
         groups: dict[tuple, int] = {}
@@ -641,8 +641,8 @@ class Search:
             self.layout_of(first, lay)  # the validated layout is the one of every point
             # per (precision, Megatron-FSDP): the most loaded rank's model state (weights + grads + optimizer)
             # alone, above the limit by ``over`` GiB: no activation feature can go below it
-            overs = [(mode, state_floor_bytes(self.job_of(first, self.base_features(mode, first))) / GiB
-                      + self.headroom - self.capacity) for mode in _state_modes(req, first)]
+            overs = [(mode, self.state_floor(mode, first) + self.headroom - self.capacity)
+                     for mode in _state_modes(req, first)]
             for lp in points:
                 self.layouts += 1
                 for mode, over in overs:
@@ -651,6 +651,19 @@ class Search:
                         self.note_miss(over, lp, mode)
                         continue
                     self.queue.append((lp, mode))  # priced when :meth:`order` reaches it
+
+    def state_floor(self, mode: tuple[str, bool], lp: LayoutPoint) -> float:
+        """GiB of the most loaded rank's model state in the layout's base job (:func:`moetune.perfmodel.memory.
+        state_floor_bytes`), memoised per (mode, TP, PP, VPP, pipeline layout, EP, ETP, DP x CP): it reads the
+        split's parameters per rank (:func:`~moetune.perfmodel.memory._split_all_rank_params`: split, TP, EP, ETP),
+        the base features (mode, TP > 1) and the distributed optimizer's shards (:func:`~moetune.perfmodel.memory.
+        shard_sizes`: DP x CP and EDP = GPUs / (PP x EP x ETP)), neither CP otherwise nor the MBS, so the CP meshes
+        of one split share it (tests/test_plan_fastpath.py compares it with the floor of every layout point)."""
+        key = (mode, lp.tp, lp.pp, lp.vpp, lp.pipeline_layout, lp.ep, lp.etp, lp.dp * lp.cp)
+        got = self._state_cache.get(key)
+        if got is None:
+            got = self._state_cache[key] = state_floor_bytes(self.job_of(lp, self.base_features(mode, lp))) / 1024.0**3
+        return got
 
     def order(self):
         """The queued layouts as (queue key, layout, mode, :func:`_schedule_floor`) in increasing (key, queue index)
