@@ -609,9 +609,9 @@ def _old_pass_1(s: P.Search) -> None:
     ("Qwen3-235B-A22B", 64, 1024, {"precisions": ("bf16", "fp8_cs")})])
 def test_pass_1_equals_the_per_point_floor(name, gpus, gbs, kw):
     """Pass 1 per mesh (one layout and state modes per mesh and split, one ``state_floor_bytes`` per split, TP, EP,
-    ETP and DP x CP: shared by the CP meshes) queues the same
-    layouts in the same order, prunes and counts the same, and keeps the same closest misses and offload queue as the
-    per-point walk with ``max(weight_and_optimizer_bytes)``; the layout of each point is the validated one."""
+    ETP and DP x CP: shared by the CP meshes) queues the same layouts in the same order, prunes and counts the same,
+    and keeps the same closest misses and offload queue as the per-point walk with ``max(weight_and_optimizer_bytes)``;
+    the layout of each point is the validated one."""
     req = _req(name, gpus, gbs, **kw)
     new, old = P.Search(req), P.Search(req)
     new.pass_1()
