@@ -185,7 +185,12 @@ def test_unpriced_skips_change_nothing(kw):
 
 class _PerContent(QueueBound):
     """The bounds read rank content by rank content (the oracle of the signatures): every distinct rank content of
-    the split gets its own signature, so no two contents share their terms."""
+    the split gets its own signature, so no two contents share their terms, and no split reuses another's least."""
+
+    def bound(self, gkey, lp, layout_of):
+        if self.groups.get(gkey) is not None:
+            self.groups[gkey].least.clear()
+        return super().bound(gkey, lp, layout_of)
 
     def _sig(self, n, quant):
         from moetune.perfmodel.step import rank_kind_counts
@@ -205,7 +210,8 @@ class _PerContent(QueueBound):
 @pytest.mark.parametrize("kw", _STEP_REQUESTS)
 def test_rank_signatures_give_the_per_content_bounds(kw):
     """B and S read each distinct rank signature once (ranks with the same layer-kind counts, embedding and loss share
-    their terms): both equal, bit for bit, the bounds read rank content by rank content, on every queued layout."""
+    their terms, splits with the same signatures their least F_b): both equal, bit for bit, the bounds read rank
+    content by rank content, on every queued layout."""
     kw = dict(kw)
     req = _req(kw.pop("model"), kw.pop("system"), kw.pop("gpus"), kw.pop("gbs"), **kw)
     s = _queued(req)

@@ -64,9 +64,11 @@ SLACK = 1e-6
 class _Group:
     """The shared parts of one group's bound: per layer kind (floor, Xlo seconds per microbatch), the floor
     seconds of the non-layer work per (embedding, loss) flags, the non-layer host seconds bound, and a memo of
-    (F_q, Xlo_q) per rank signature (numbered by :class:`QueueBound`)."""
+    (F_q, Xlo_q) per rank signature (numbered by :class:`QueueBound`) and of the bound's least F_b per split's
+    signatures."""
 
-    __slots__ = ("kinds", "extra", "extra_host", "ranks", "args", "quant", "a2a_base", "partner", "a2a", "a2a_ranks")
+    __slots__ = ("kinds", "extra", "extra_host", "ranks", "least", "args", "quant", "a2a_base", "partner", "a2a",
+                 "a2a_ranks")
 
     def __init__(self, kinds: dict, extra_host: float, args: tuple, quant: tuple[bool, frozenset[int]],
                  a2a_base: tuple[dict, float], partner: dict) -> None:
@@ -76,6 +78,7 @@ class _Group:
         self.extra: dict[tuple[bool, bool], float] = {}
         self.extra_host = extra_host
         self.ranks: dict[int, tuple[float, float]] = {}
+        self.least: dict[tuple[int, ...], float] = {}  # per distinct rank signatures of a split: the min of the bound
         self.args = args  # (model, seq, mbs, cp, tp, rates) for the non-layer work
         self.quant = quant  # :func:`moetune.perfmodel.step.quantised_layers` of the group's features
         #: per dispatcher searched (the base job's first): (per layer kind, the dispatch/combine seconds per
@@ -133,13 +136,17 @@ class QueueBound:
         g = self.groups.get(gkey)
         if g is None:
             return float("-inf")
-        rows = self._rows(g, self._ranks(g, lp, layout_of)[0])
-        top = max(f + x for f, x in rows)
-        extra = g.extra_host
-        cut = top * (1.0 - SLACK)
-        least = min((max(f, top - x - extra) for f, x in rows if f + x + extra >= cut), default=None)
-        if least is None:
-            least = min(f for f, _ in rows)
+        sigs = self._ranks(g, lp, layout_of)[0]
+        least = g.least.get(sigs)
+        if least is None:  # the least F_b for these rank signatures (splits of one group often share them)
+            rows = self._rows(g, sigs)
+            top = max(f + x for f, x in rows)
+            extra = g.extra_host
+            cut = top * (1.0 - SLACK)
+            least = min((max(f, top - x - extra) for f, x in rows if f + x + extra >= cut), default=None)
+            if least is None:
+                least = min(f for f, _ in rows)
+            g.least[sigs] = least
         b = self._micro(lp, layout_of) * least * (1.0 - SLACK)
         return b if b == b else float("-inf")
 
