@@ -498,3 +498,130 @@ def test_split_fields_cached_on_the_layout_is_the_fresh_value():
     assert split_fields(other) == fresh(other) != got
     back = pickle.loads(pickle.dumps(lay))
     assert back == lay and split_fields(back) == got
+
+
+def _old_rank_params(m, lay, pp_rank: int) -> tuple:
+    """The per-rank parameter sums as ``_split_rank_params`` computed them before the per-split table (the oracle of
+    :func:`test_rank_params_equal_the_per_rank_sums`): layer kinds looked up one rank at a time."""
+    rank = M.pipeline_ranks(m, lay)[pp_rank]
+    tp, ep, etp, pp = lay.tp, lay.ep, lay.expert_tp, lay.pp
+    dense = expert = lin = 0.0
+    per_chunk = []
+    vocab = M._vocab_params_per_rank(m, tp)
+    has_emb_anywhere = rank.embedding
+    for ch in rank.chunks:
+        cd = ce = 0.0
+        for i in ch.layers:
+            d, e, li = M._layer_split(m, m.mixer_pattern[i], m.mlp_pattern[i], tp, ep, etp)
+            cd, ce, lin = cd + d, ce + e, lin + li
+        if ch.embedding:
+            cd += vocab
+        if ch.loss:
+            cd += M.final_norm_params(m)
+            if m.untie_embeddings_and_output_weights or pp > 1 or not has_emb_anywhere:
+                cd += vocab
+        if ch.mtp_layers:
+            copies = 1 if m.mtp_use_repeated_layer else ch.mtp_layers
+            d, e, li = M._mtp_split(m, tp, ep, etp)
+            cd, ce, lin = cd + copies * d, ce + copies * e, lin + copies * li
+            if not has_emb_anywhere and m.untie_embeddings_and_output_weights:
+                cd += vocab
+                has_emb_anywhere = True
+        dense, expert = dense + cd, expert + ce
+        per_chunk.append(cd + ce)
+    return dense, expert, lin, tuple(per_chunk)
+
+
+#: (model, GPUs, GBS, request options): MTP with and without repeated layers, tied embeddings, dense, LoRA, FP8
+#: parameters (the fp8_cs starting recipe), Megatron-FSDP (every request)
+_STATE_REQUESTS = [
+    ("DeepSeek-V3", 256, 4096, {}),
+    ("DeepSeek-V2-Lite", 16, 512, {"precisions": ("fp8_cs",)}),
+    ("Qwen3-30B-A3B", 16, 512, {"task": (("task", "lora"),)}),
+    ("Llama-3-70B", 64, 128, {"precisions": ("bf16", "fp8_cs")}),
+    ("GPT-OSS-120B", 64, 1280, {"recipe": "none"}),
+]
+
+
+@pytest.mark.parametrize("name,gpus,gbs,kw", _STATE_REQUESTS)
+def test_rank_params_equal_the_per_rank_sums(name, gpus, gbs, kw):
+    """``_all_rank_params`` (one table per split and TP / EP / ETP, layers read from a per-layer table) equals the
+    per-rank sums of every layout of the request, bit for bit; also with repeated MTP layers and tied embeddings."""
+    req = _req(name, gpus, gbs, **kw)
+    models = [req.model]
+    if req.model.mtp_num_layers:
+        models.append(req.model.model_copy(update={"mtp_use_repeated_layer": not req.model.mtp_use_repeated_layer}))
+    models.append(req.model.model_copy(update={"untie_embeddings_and_output_weights":
+                                               not req.model.untie_embeddings_and_output_weights}))
+    n = 0
+    for m in models:
+        _clear_caches()
+        for lp in enumerate_layouts(m, req.system, gpus, gbs, 4096):
+            lay = P._layout(lp)
+            got = M._all_rank_params(m, lay)
+            assert got == tuple(_old_rank_params(m, lay, r.pp_rank) for r in M.pipeline_ranks(m, lay))
+            n += 1
+    assert n > 50
+
+
+@pytest.mark.parametrize("name,gpus,gbs,kw", _STATE_REQUESTS)
+def test_state_floor_is_the_most_loaded_rank(name, gpus, gbs, kw):
+    """``state_floor_bytes`` (each distinct rank priced once) is ``max(weight_and_optimizer_bytes)`` of the base job of
+    every layout and state mode, Megatron-FSDP, LoRA and FP8 parameters included."""
+    req = _req(name, gpus, gbs, **kw)
+    s = P.Search(req)
+    modes = set()
+    for lp in enumerate_layouts(req.model, req.system, gpus, gbs, 4096):
+        for mode in P._state_modes(req, lp):
+            job = s.job_of(lp, s.base_features(mode, lp))
+            assert M.state_floor_bytes(job) == max(M.weight_and_optimizer_bytes(job))
+            modes.add((mode, job.features.use_megatron_fsdp, job.features.task, job.features.fp8_param_gather))
+    assert len(modes) >= 2
+
+
+def _old_pass_1(s: P.Search) -> None:
+    """Pass 1 as it was: every layout point and state mode, the floor ``max(weight_and_optimizer_bytes)`` of its
+    base job, memoised per (mode, layout but MBS)."""
+    req, GiB, cache = s.req, 1024.0**3, {}
+    part_i, part_n = req.partition
+    groups: dict = {}
+
+    def mine(group):
+        return groups.setdefault(group, len(groups)) % part_n == part_i
+
+    for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length, s.limits,
+                                mine if part_n > 1 else None):
+        s.layouts += 1
+        for mode in P._state_modes(req, lp):
+            skey = (mode, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
+            if skey not in cache:
+                cache[skey] = max(M.weight_and_optimizer_bytes(s.job_of(lp, s.base_features(mode, lp)))) / GiB
+            over = cache[skey] + s.headroom - s.capacity
+            if over > 0:
+                s.pruned_mem += 1
+                s.note_miss(over, lp, mode)
+                continue
+            s.queue.append((lp, mode))
+
+
+@pytest.mark.parametrize("name,gpus,gbs,kw", [
+    *_STATE_REQUESTS, ("DeepSeek-V3", 64, 512, {}), ("DeepSeek-V3", 256, 4096, {"partition": (1, 2)}),
+    ("Qwen3-235B-A22B", 64, 1024, {"precisions": ("bf16", "fp8_cs")})])
+def test_pass_1_equals_the_per_point_floor(name, gpus, gbs, kw):
+    """Pass 1 per mesh (one layout and state modes per mesh and split, one ``state_floor_bytes`` per split, TP, EP,
+    ETP and DP x CP: shared by the CP meshes) queues the same layouts in the same order, prunes and counts the same,
+    and keeps the same closest misses and offload queue as the per-point walk with ``max(weight_and_optimizer_bytes)``;
+    the layout of each point is the validated one."""
+    req = _req(name, gpus, gbs, **kw)
+    new, old = P.Search(req), P.Search(req)
+    new.pass_1()
+    _old_pass_1(old)
+    assert new.layouts == old.layouts and new.pruned_mem == old.pruned_mem
+    assert [(lp, mode) for lp, mode in new.queue] == [(lp, mode) for lp, mode in old.queue]
+    assert new.closest == old.closest and new.offload_queue == old.offload_queue
+    assert new.queue or new.closest
+    for lp, _ in new.queue[::7]:
+        lay = new.layout_of(lp)
+        want = P._layout(lp)
+        assert lay == want and lay.model_fields_set == want.model_fields_set
+        assert {k: v for k, v in lay.__dict__.items() if not k.startswith("_")} == want.__dict__

@@ -181,3 +181,51 @@ def test_unpriced_skips_change_nothing(kw):
     assert got.per_layout_best == want.per_layout_best
     assert (got.searched, got.feasible, got.pruned_memory, got.pruned_bound, got.rejected_by_check) == \
         (want.searched, want.feasible, want.pruned_memory, want.pruned_bound, want.rejected_by_check)
+
+
+class _PerContent(QueueBound):
+    """The bounds read rank content by rank content (the oracle of the signatures): every distinct rank content of
+    the split gets its own signature, so no two contents share their terms, and no split reuses another's least."""
+
+    def bound(self, gkey, lp, layout_of):
+        if self.groups.get(gkey) is not None:
+            self.groups[gkey].least.clear()
+        return super().bound(gkey, lp, layout_of)
+
+    def _sig(self, n, quant):
+        from moetune.perfmodel.step import rank_kind_counts
+
+        got = self._sig_of.get((n, quant))
+        if got is None:
+            ids, n_mtp, emb, loss = self._by_number[n]
+            got = self._sig_of[(n, quant)] = len(self._sig_by_number)
+            self._sig_by_number.append((tuple(rank_kind_counts(self._model, ids, n_mtp, *quant).items()), emb, loss))
+        return got
+
+    def _ranks(self, g, lp, layout_of):
+        contents, vpp = self._split(g, layout_of(lp))
+        return tuple(self._sig(n, g.quant) for n in contents), vpp
+
+
+@pytest.mark.parametrize("kw", _STEP_REQUESTS)
+def test_rank_signatures_give_the_per_content_bounds(kw):
+    """B and S read each distinct rank signature once (ranks with the same layer-kind counts, embedding and loss share
+    their terms, splits with the same signatures their least F_b): both equal, bit for bit, the bounds read rank
+    content by rank content, on every queued layout."""
+    kw = dict(kw)
+    req = _req(kw.pop("model"), kw.pop("system"), kw.pop("gpus"), kw.pop("gbs"), **kw)
+    s = _queued(req)
+    fast, slow = (cls(s.eff, req.gpus, req.global_batch_size) for cls in (QueueBound, _PerContent))
+    shared = 0
+    for lp, mode in s.queue:
+        gkey = (mode, lp.tp, lp.cp, lp.ep, lp.etp, lp.mbs)
+        for qb in (fast, slow):
+            if gkey not in qb.groups:
+                qb.add_group(gkey, s.job_of(lp, s.features(mode, lp, {})))
+        assert fast.bound(gkey, lp, s.layout_of) == slow.bound(gkey, lp, s.layout_of)
+        jobs = lambda lp=lp, mode=mode: s.dispatch_jobs(lp, mode)  # noqa: E731
+        assert fast.step_bound(gkey, lp, s.layout_of, jobs, 1.5) == slow.step_bound(gkey, lp, s.layout_of, jobs, 1.5)
+        if fast.groups[gkey] is not None:
+            shared += len(fast._ranks(fast.groups[gkey], lp, s.layout_of)[0]) < len(
+                slow._ranks(slow.groups[gkey], lp, s.layout_of)[0])
+    assert shared

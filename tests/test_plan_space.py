@@ -138,3 +138,29 @@ def test_batch_violation_is_layout_violation_of_an_accepted_layout():
                     checked += 1
                     rejected += want is not None
     assert checked > 1000 and 0 < rejected < checked
+
+
+def test_meshes_are_the_layouts_grouped_with_their_validated_layout():
+    """enumerate_meshes yields the points of enumerate_layouts in order, grouped by mesh and split, each with the
+    Layout that validation builds from them (same fields and fields set); a pin below 1 is still validated."""
+    import pytest
+    from pydantic import ValidationError
+
+    from moetune.plan.space import enumerate_meshes
+
+    for name, gpus, gbs, lim in (("DeepSeek-V3", 256, 4096, None), ("Llama-3-70B", 64, 128, None),
+                                 ("DeepSeek-V3", 1024, 8192, SpaceLimits(fix={"pp": 16, "mbs": 1}))):
+        model, system = get_model(name), get_system("DGX-H100")
+        meshes = list(enumerate_meshes(model, system, gpus, gbs, 4096, lim))
+        assert [p for _, pts in meshes for p in pts] == list(enumerate_layouts(model, system, gpus, gbs, 4096, lim))
+        assert len({(p.tp, p.cp, p.pp, p.vpp, p.ep, p.etp) for _, pts in meshes for p in pts}) == len(meshes)
+        for lay, pts in meshes:
+            assert pts and len({p.key()[:6] + p.key()[7:] for p in pts}) == 1
+            p = pts[0]
+            want = Layout(tp=p.tp, pp=p.pp, vpp=p.vpp if p.vpp > 1 else None, pipeline_layout=p.pipeline_layout,
+                          cp=p.cp, ep=p.ep, etp=p.etp)
+            fields = {k: v for k, v in lay.__dict__.items() if not k.startswith("_")}  # not the cached split
+            assert lay == want and fields == want.__dict__ and lay.model_fields_set == want.model_fields_set
+    with pytest.raises(ValidationError):
+        list(enumerate_layouts(get_model("DeepSeek-V2-Lite"), get_system("DGX-H100"), 16, 256, 4096,
+                               SpaceLimits(fix={"etp": -1})))

@@ -221,33 +221,37 @@ def _vocab_params_per_rank(model: ModelArch, tp: int) -> float:
 
 @memo(maxsize=32768)
 def _all_rank_params(m: ModelArch, lay) -> tuple[tuple[float, float, float, tuple[float, ...]], ...]:
-    """(dense, expert, fp8-linear, per-chunk total) params of every PP rank of the layout, in rank order."""
-    return tuple(_rank_params_cached(m, lay, r.pp_rank) for r in pipeline_ranks(m, lay))
+    """(dense, expert, fp8-linear, per-chunk total) params of every PP rank of the layout, in rank order: those of
+    the layout's fields that they read (:func:`_split_all_rank_params`: layouts that differ in CP or DP share them)."""
+    return _split_all_rank_params(m, split_fields(lay), lay.tp, lay.ep, lay.expert_tp)
 
 
-def _rank_params_cached(m: ModelArch, lay, pp_rank: int) -> tuple[float, float, float, tuple[float, ...]]:
-    """:func:`_split_rank_params` of the layout's fields that it reads (layouts that differ in CP or DP share it)."""
-    return _split_rank_params(m, split_fields(lay), lay.tp, lay.ep, lay.expert_tp, pp_rank)
+@memo(maxsize=16384)
+def _split_all_rank_params(m: ModelArch, fields: SplitFields, tp: int, ep: int, etp: int
+                           ) -> tuple[tuple[float, float, float, tuple[float, ...]], ...]:
+    """:func:`_split_rank_params` of every PP rank of the split, in rank order."""
+    per_layer = _layer_splits(m, tp, ep, etp)
+    return tuple(_split_rank_params(m, fields.pp, rank, per_layer, tp, ep, etp) for rank in _pipeline_ranks(m, fields))
 
 
-@memo(maxsize=131072)
-def _split_rank_params(m: ModelArch, fields: SplitFields, tp: int, ep: int, etp: int, pp_rank: int
-                       ) -> tuple[float, float, float, tuple[float, ...]]:
-    rank = _pipeline_ranks(m, fields)[pp_rank]
-    pp = fields.pp
+@memo(maxsize=4096)
+def _layer_splits(m: ModelArch, tp: int, ep: int, etp: int) -> tuple[tuple[float, float, float], ...]:
+    """:func:`_layer_split` of every decoder layer, by layer index."""
+    return tuple(_layer_split(m, a, b, tp, ep, etp) for a, b in zip(m.mixer_pattern, m.mlp_pattern, strict=True))
+
+
+def _split_rank_params(m: ModelArch, pp: int, rank: PipelineRank, per_layer: tuple[tuple[float, float, float], ...],
+                       tp: int, ep: int, etp: int) -> tuple[float, float, float, tuple[float, ...]]:
+    """(dense, expert, fp8-linear, per-chunk total) params of one PP rank of a split over ``pp`` ranks: its layers'
+    (``per_layer``: :func:`_layer_splits`), its embedding / output layer rows and final norm, its MTP blocks."""
     dense = expert = lin = 0.0
     per_chunk: list[float] = []
     vocab = _vocab_params_per_rank(m, tp)
     has_emb_anywhere = rank.embedding
-    split: dict[tuple[str, str], tuple[float, float, float]] = {}  # layer kinds repeat: look each up once
     for ch in rank.chunks:
         cd = ce = 0.0
         for i in ch.layers:
-            kind = (m.mixer_pattern[i], m.mlp_pattern[i])
-            got = split.get(kind)
-            if got is None:
-                got = split[kind] = _layer_split(m, *kind, tp, ep, etp)
-            d, e, li = got
+            d, e, li = per_layer[i]
             cd, ce, lin = cd + d, ce + e, lin + li
         if ch.embedding:
             cd += vocab
@@ -336,15 +340,32 @@ def weight_and_optimizer_bytes(job: Job) -> list[float]:
     """Weights + grads + optimizer state per PP rank (bytes) — the quantity Megatron-LM prints as
     "Theoretical memory footprints: weight and optimizer" (for its most loaded shard); with LoRA the adapters'
     weights too."""
-    out = []
     per_job = (state_bytes(job), *shard_sizes(job))
     lora = lora_rank_params(job)
     params = _all_rank_params(job.model, job.layout)  # one lookup per layout, not one per rank
-    for rank in pipeline_ranks(job.model, job.layout):
-        d, e, li, _ = params[rank.pp_rank]
-        ms = _model_state(job, d, e, li, 0.0, per_job, None if lora is None else lora[rank.pp_rank])
-        out.append(ms["weights"] + ms["main_grads"] + ms["optimizer_state"] + ms.get("lora_adapter_weights", 0.0))
-    return out
+    return [_state_sum(job, *params[rank.pp_rank][:3], per_job, None if lora is None else lora[rank.pp_rank])
+            for rank in pipeline_ranks(job.model, job.layout)]
+
+
+def state_floor_bytes(job: Job) -> float:
+    """``max(weight_and_optimizer_bytes(job))``: the most loaded PP rank's weights + grads + optimizer state (bytes),
+    each distinct (dense, expert, fp8-linear params, LoRA adapters) of a rank priced once - ranks that hold the same
+    parameters hold the same bytes (:func:`_model_state` reads nothing else of the rank), and the middle ranks of a
+    split usually do (tests/test_plan_fastpath.py compares both on every layout of several requests)."""
+    per_job = (state_bytes(job), *shard_sizes(job))
+    lora = lora_rank_params(job)
+    lay = job.layout  # its split's parameters, without hashing the layout (pass 1 prices most layouts only here)
+    params = _split_all_rank_params(job.model, split_fields(lay), lay.tp, lay.ep, lay.expert_tp)  # in rank order
+    ranks = dict.fromkeys((p[0], p[1], p[2], None if lora is None else lora[i]) for i, p in enumerate(params))
+    return max(_state_sum(job, d, e, li, per_job, t) for d, e, li, t in ranks)
+
+
+def _state_sum(job: Job, dense: float, expert: float, lin: float, per_job: tuple[StateBytes, int, int],
+               trainable: tuple[float, float] | None) -> float:
+    """Weights + grads + optimizer state (+ LoRA adapter weights) of one rank with these params (bytes), from
+    :func:`_model_state` without Megatron-FSDP's gathered buffers."""
+    ms = _model_state(job, dense, expert, lin, 0.0, per_job, trainable)
+    return ms["weights"] + ms["main_grads"] + ms["optimizer_state"] + ms.get("lora_adapter_weights", 0.0)
 
 
 def lora_rank_params(job: Job) -> tuple[tuple[float, float], ...] | None:

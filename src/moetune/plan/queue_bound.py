@@ -64,9 +64,11 @@ SLACK = 1e-6
 class _Group:
     """The shared parts of one group's bound: per layer kind (floor, Xlo seconds per microbatch), the floor
     seconds of the non-layer work per (embedding, loss) flags, the non-layer host seconds bound, and a memo of
-    (F_q, Xlo_q) per rank content (numbered by :class:`QueueBound`)."""
+    (F_q, Xlo_q) per rank signature (numbered by :class:`QueueBound`) and of the bound's least F_b per split's
+    signatures."""
 
-    __slots__ = ("kinds", "extra", "extra_host", "ranks", "args", "quant", "a2a_base", "partner", "a2a", "a2a_ranks")
+    __slots__ = ("kinds", "extra", "extra_host", "ranks", "least", "args", "quant", "a2a_base", "partner", "a2a",
+                 "a2a_ranks")
 
     def __init__(self, kinds: dict, extra_host: float, args: tuple, quant: tuple[bool, frozenset[int]],
                  a2a_base: tuple[dict, float], partner: dict) -> None:
@@ -76,11 +78,12 @@ class _Group:
         self.extra: dict[tuple[bool, bool], float] = {}
         self.extra_host = extra_host
         self.ranks: dict[int, tuple[float, float]] = {}
+        self.least: dict[tuple[int, ...], float] = {}  # per distinct rank signatures of a split: the min of the bound
         self.args = args  # (model, seq, mbs, cp, tp, rates) for the non-layer work
         self.quant = quant  # :func:`moetune.perfmodel.step.quantised_layers` of the group's features
         #: per dispatcher searched (the base job's first): (per layer kind, the dispatch/combine seconds per
         #: microbatch; the SM share of its kernels), None until :meth:`QueueBound.step_bound` first needs them; and per
-        #: rank content, (its EP-overlap partner seconds, per dispatcher (dispatch/combine seconds, SM share))
+        #: rank signature, (its EP-overlap partner seconds, per dispatcher (dispatch/combine seconds, SM share))
         self.a2a: list[tuple[dict, float]] | None = None
         self.a2a_ranks: dict[int, tuple[float, list[tuple[float, float]]]] = {}
 
@@ -97,8 +100,14 @@ class QueueBound:
         self._splits: dict[tuple, tuple[tuple[int, ...], int]] = {}
         self._contents: dict[tuple, int] = {}  # rank content (layer ids, MTP layers, embedding, loss) -> number
         self._by_number: list[tuple] = []
+        #: per (PP, VPP, pipeline layout, TP, quantised layers): the numbers of the distinct rank signatures of its
+        #: split, and its VPP
+        self._sig_splits: dict[tuple, tuple[tuple[int, ...], int]] = {}
+        #: rank signature (((layer kind, count), ...), embedding, loss): all that a rank's terms read -> number
+        self._sigs: dict[tuple, int] = {}
+        self._sig_by_number: list[tuple] = []
         self._m: dict[tuple, int] = {}  # microbatches per (TP, CP, PP, MBS)
-        self._counts: dict[tuple, tuple] = {}  # (rank content number, quantised layers) -> ((kind, count), ...)
+        self._sig_of: dict[tuple, int] = {}  # (rank content number, quantised layers) -> rank signature number
         self._model: Any = None
 
     def add_group(self, gkey: tuple, job: Job) -> None:
@@ -127,13 +136,17 @@ class QueueBound:
         g = self.groups.get(gkey)
         if g is None:
             return float("-inf")
-        rows = self._rows(g, self._ranks(g, lp, layout_of)[0])
-        top = max(f + x for f, x in rows)
-        extra = g.extra_host
-        cut = top * (1.0 - SLACK)
-        least = min((max(f, top - x - extra) for f, x in rows if f + x + extra >= cut), default=None)
-        if least is None:
-            least = min(f for f, _ in rows)
+        sigs = self._ranks(g, lp, layout_of)[0]
+        least = g.least.get(sigs)
+        if least is None:  # the least F_b for these rank signatures (splits of one group often share them)
+            rows = self._rows(g, sigs)
+            top = max(f + x for f, x in rows)
+            extra = g.extra_host
+            cut = top * (1.0 - SLACK)
+            least = min((max(f, top - x - extra) for f, x in rows if f + x + extra >= cut), default=None)
+            if least is None:
+                least = min(f for f, _ in rows)
+            g.least[sigs] = least
         b = self._micro(lp, layout_of) * least * (1.0 - SLACK)
         return b if b == b else float("-inf")
 
@@ -177,9 +190,8 @@ class QueueBound:
         for n, (f, _) in zip(ranks, rows, strict=True):
             got = memo.get(n)
             if got is None:
-                kinds = self._kinds(n, g.quant)
-                rank = self._by_number[n]
-                pq = g.extra[(rank[2], rank[3])]
+                kinds, emb, loss = self._sig_by_number[n]
+                pq = g.extra[(emb, loss)]
                 for key, cnt in kinds:
                     pq += cnt * g.partner[key]
                 got = memo[n] = (pq, [(sum(cnt * a2a.get(key, 0.0) for key, cnt in kinds), sm) for a2a, sm in g.a2a])
@@ -194,21 +206,28 @@ class QueueBound:
         return s if s == s else float("-inf")
 
     def _ranks(self, g: _Group, lp: Any, layout_of: Any) -> tuple[tuple[int, ...], int]:
-        """:meth:`_split` of the layout point, memoised per (PP, VPP, pipeline layout, TP)."""
-        sk = (lp.pp, lp.vpp, lp.pipeline_layout, lp.tp)
-        got = self._splits.get(sk)
+        """The numbers of the distinct rank signatures (:meth:`_sig`) of the layout point's split (:meth:`_split`,
+        memoised per (PP, VPP, pipeline layout, TP)) with the group's quantised layers, and its VPP; memoised per
+        (PP, VPP, pipeline layout, TP, quantised layers). Ranks of one signature have the same (F_q, Xlo_q) and the
+        same EP terms, and the bounds are a max and a min over ranks, so each signature is read once."""
+        key = (lp.pp, lp.vpp, lp.pipeline_layout, lp.tp, g.quant)
+        got = self._sig_splits.get(key)
         if got is None:
-            got = self._splits[sk] = self._split(g, layout_of(lp))
+            sk = key[:4]
+            split = self._splits.get(sk)
+            if split is None:
+                split = self._splits[sk] = self._split(g, layout_of(lp))
+            got = self._sig_splits[key] = (tuple(dict.fromkeys(self._sig(n, g.quant) for n in split[0])), split[1])
         return got
 
     def _rows(self, g: _Group, ranks: tuple[int, ...]) -> list[tuple[float, float]]:
-        """(F_q, Xlo_q) of each rank content numbered in ``ranks`` (memoised per group)."""
+        """(F_q, Xlo_q) of each rank signature numbered in ``ranks`` (memoised per group)."""
         memo = g.ranks
         rows = []
         for n in ranks:
             row = memo.get(n)
             if row is None:
-                row = memo[n] = _rank(g, self._by_number[n], self._kinds(n, g.quant))
+                row = memo[n] = _rank(g, self._sig_by_number[n])
             rows.append(row)
         return rows
 
@@ -220,13 +239,20 @@ class QueueBound:
             m = self._m[mk] = max(layout_of(lp).num_microbatches(self.gpus, self.gbs, lp.mbs), 1)
         return m
 
-    def _kinds(self, n: int, quant: tuple[bool, frozenset[int]]) -> tuple[tuple[tuple, float], ...]:
-        """(layer kind, count) of rank content ``n`` as :func:`moetune.perfmodel.step._stage_works` reads them
-        (:func:`~moetune.perfmodel.step._stage_kinds` of the rank alone), for the quantised layers ``quant``."""
-        got = self._counts.get((n, quant))
+    def _sig(self, n: int, quant: tuple[bool, frozenset[int]]) -> int:
+        """The number of the signature of rank content ``n`` for the quantised layers ``quant``: ((layer kind,
+        count), ...) as :func:`moetune.perfmodel.step._stage_works` reads them (:func:`~moetune.perfmodel.step.
+        _stage_kinds` of the rank alone), in their order, and the embedding and loss flags - all that
+        :func:`_rank` and :meth:`step_bound` read of a rank (the middle ranks of a split mostly share one)."""
+        got = self._sig_of.get((n, quant))
         if got is None:
-            ids, n_mtp = self._by_number[n][:2]
-            got = self._counts[(n, quant)] = tuple(rank_kind_counts(self._model, ids, n_mtp, *quant).items())
+            ids, n_mtp, emb, loss = self._by_number[n]
+            sig = (tuple(rank_kind_counts(self._model, ids, n_mtp, *quant).items()), emb, loss)
+            got = self._sigs.get(sig)
+            if got is None:
+                got = self._sigs[sig] = len(self._sig_by_number)
+                self._sig_by_number.append(sig)
+            self._sig_of[(n, quant)] = got
         return got
 
     def _split(self, g: _Group, lay: Any) -> tuple[tuple[int, ...], int]:
@@ -247,10 +273,10 @@ class QueueBound:
         return tuple(dict.fromkeys(out)), split.vpp
 
 
-def _rank(g: _Group, rank: tuple, kinds: tuple[tuple[tuple, float], ...]) -> tuple[float, float]:
-    """(F_q, Xlo_q) of one rank content (decoder layer ids, MTP layers, embedding, loss) with layer kinds and counts
-    ``kinds`` (:meth:`QueueBound._kinds`) in group ``g``, priced with the group's per-kind seconds."""
-    emb, loss = rank[2], rank[3]
+def _rank(g: _Group, sig: tuple) -> tuple[float, float]:
+    """(F_q, Xlo_q) of a rank of signature ``sig`` (:meth:`QueueBound._sig`: ((layer kind, count), ...), embedding,
+    loss) in group ``g``, priced with the group's per-kind seconds."""
+    kinds, emb, loss = sig
     f = x = 0.0
     gk = g.kinds
     for key, n in kinds:

@@ -53,13 +53,13 @@ from moetune.perfmodel.memory import (
     reserved_features,
     reserved_peaks,
     saved_activation_floor,
-    weight_and_optimizer_bytes,
+    state_floor_bytes,
 )
 from moetune.perfmodel.schedule import pipeline_step
 from moetune.perfmodel.step import StepWalls, estimate_time, estimate_walls, resolve_efficiency, stage_a2a_and_sm
 from moetune.plan.ladder import ladder_cores
 from moetune.plan.queue_bound import QueueBound, ep_term
-from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts
+from moetune.plan.space import SELECTIVE_LADDER, LayoutPoint, SpaceLimits, enumerate_layouts, enumerate_meshes
 from moetune.progress import report
 from moetune.spec.features import Features
 from moetune.spec.job import Job
@@ -598,7 +598,7 @@ class Search:
         self._tie = itertools.count()
         # memo tables of one search (identical values, fewer pydantic objects)
         self._base_cache: dict[tuple, Features] = {}
-        self._state_cache: dict[tuple, float] = {}
+        self._state_cache: dict[tuple, float] = {}  # :meth:`state_floor`
         self._feat_cache: dict[tuple, Features] = {}
         self._mem_feats: dict[int, Features] = {}
         self._canon: dict[Features, Features] = {}
@@ -628,7 +628,6 @@ class Search:
         """Model-state floor; the surviving layouts are queued for :meth:`pass_2` (priced by :meth:`order`)."""
         req = self.req
         part_i, part_n = req.partition
-        GiB = 1024.0**3
         # share by (TP, CP, EP, ETP), numbered in the order the enumeration first reaches them: per-layer work and
         # model-state floors stay in one process, and the other shares' layouts are neither built nor validated here
         groups: dict[tuple, int] = {}
@@ -636,21 +635,35 @@ class Search:
         def mine(group: tuple) -> bool:
             return groups.setdefault(group, len(groups)) % part_n == part_i
 
-        for lp in enumerate_layouts(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length,
-                                    self.limits, mine if part_n > 1 else None):
-            self.layouts += 1
-            for mode in _state_modes(req, lp):  # (precision, Megatron-FSDP)
-                base = self.base_features(mode, lp)
-                # model state (weights + grads + optimizer) alone: no activation feature can go below it
-                skey = (mode, lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
-                if skey not in self._state_cache:
-                    self._state_cache[skey] = max(weight_and_optimizer_bytes(self.job_of(lp, base))) / GiB
-                over = self._state_cache[skey] + self.headroom - self.capacity
-                if over > 0:
-                    self.pruned_mem += 1
-                    self.note_miss(over, lp, mode)
-                    continue
-                self.queue.append((lp, mode))  # priced when :meth:`order` reaches it
+        for lay, points in enumerate_meshes(req.model, req.system, req.gpus, req.global_batch_size, req.seq_length,
+                                            self.limits, mine if part_n > 1 else None):
+            first = points[0]  # the points of one mesh and split differ only in MBS, which neither reads below
+            self.layout_of(first, lay)  # the validated layout is the one of every point
+            # per (precision, Megatron-FSDP): the most loaded rank's model state (weights + grads + optimizer)
+            # alone, above the limit by ``over`` GiB: no activation feature can go below it
+            overs = [(mode, self.state_floor(mode, first) + self.headroom - self.capacity)
+                     for mode in _state_modes(req, first)]
+            for lp in points:
+                self.layouts += 1
+                for mode, over in overs:
+                    if over > 0:
+                        self.pruned_mem += 1
+                        self.note_miss(over, lp, mode)
+                        continue
+                    self.queue.append((lp, mode))  # priced when :meth:`order` reaches it
+
+    def state_floor(self, mode: tuple[str, bool], lp: LayoutPoint) -> float:
+        """GiB of the most loaded rank's model state in the layout's base job (:func:`moetune.perfmodel.memory.
+        state_floor_bytes`), memoised per (mode, TP, PP, VPP, pipeline layout, EP, ETP, DP x CP): it reads the
+        split's parameters per rank (:func:`~moetune.perfmodel.memory._split_all_rank_params`: split, TP, EP, ETP),
+        the base features (mode, TP > 1) and the distributed optimizer's shards (:func:`~moetune.perfmodel.memory.
+        shard_sizes`: DP x CP and EDP = GPUs / (PP x EP x ETP)), neither CP otherwise nor the MBS, so the CP meshes
+        of one split share it (tests/test_plan_fastpath.py compares it with the floor of every layout point)."""
+        key = (mode, lp.tp, lp.pp, lp.vpp, lp.pipeline_layout, lp.ep, lp.etp, lp.dp * lp.cp)
+        got = self._state_cache.get(key)
+        if got is None:
+            got = self._state_cache[key] = state_floor_bytes(self.job_of(lp, self.base_features(mode, lp))) / 1024.0**3
+        return got
 
     def order(self):
         """The queued layouts as (queue key, layout, mode, :func:`_schedule_floor`) in increasing (key, queue index)
@@ -1155,13 +1168,14 @@ class Search:
             got = self._graphs[key] = _graph_variants(self.req, recompute, disp)
         return got
 
-    def layout_of(self, lp: LayoutPoint) -> Layout:
+    def layout_of(self, lp: LayoutPoint, built: Layout | None = None) -> Layout:
         """``_layout(lp)``, one instance per layout point but its microbatch size (a Layout has none: the points of
-        one mesh and split share the object, built, validated and hashed once)."""
+        one mesh and split share the object, built, validated and hashed once); ``built``: that layout, already built
+        (:func:`moetune.plan.space.enumerate_meshes`), kept when the point has none yet."""
         lk = (lp.tp, lp.cp, lp.pp, lp.vpp, lp.ep, lp.etp, lp.pipeline_layout)
         lay = self._layout_cache.get(lk)
         if lay is None:
-            lay = self._layout_cache[lk] = _layout(lp)
+            lay = self._layout_cache[lk] = _layout(lp) if built is None else built
         return lay
 
     def job_of(self, lp: LayoutPoint, feats: Features) -> Job:

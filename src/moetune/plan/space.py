@@ -88,7 +88,19 @@ def _pick(name: str, options: list[int], fix: dict) -> list[int]:
 def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq: int,
                       limits: SpaceLimits | None = None,
                       keep: Callable[[tuple[int, int, int, int]], bool] | None = None) -> Iterator[LayoutPoint]:
-    """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038).
+    """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038): the
+    points of :func:`enumerate_meshes`, in its order."""
+    for _, points in enumerate_meshes(model, system, gpus, gbs, seq, limits, keep):
+        yield from points
+
+
+def enumerate_meshes(model: ModelArch, system: System, gpus: int, gbs: int, seq: int,
+                     limits: SpaceLimits | None = None,
+                     keep: Callable[[tuple[int, int, int, int]], bool] | None = None
+                     ) -> Iterator[tuple[Layout, list[LayoutPoint]]]:
+    """Every layout Megatron accepts for this model, world size and batch (docs/rules.md PAR-001..PAR-038), one mesh
+    and pipeline split at a time: its validated :class:`~moetune.spec.layout.Layout` (the one ``Layout(tp=, pp=,
+    vpp=, pipeline_layout=, cp=, ep=, etp=)`` of its points) and its accepted points, one per microbatch size.
 
     ``keep((tp, cp, ep, etp))``, when given, is asked before the layouts of that group at each pipeline split are
     built and validated: only the groups it keeps are enumerated (a share of the parallel search, whose validation
@@ -149,6 +161,7 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                                 continue
                             edp = stage_world // (etp * ep)
                             lay = legal = None
+                            points = []
                             for mbs in _pick("mbs", mbs_opts, fix):
                                 if gbs % (mbs * dp):
                                     continue
@@ -161,4 +174,6 @@ def enumerate_layouts(model: ModelArch, system: System, gpus: int, gbs: int, seq
                                                              sequence_parallel=tp > 1) is None
                                 if not legal or batch_violation(model, lay, gpus, gbs, mbs) is not None:
                                     continue
-                                yield LayoutPoint(tp, cp, pp, vpp, ep, etp, mbs, dp, edp, layout_str)
+                                points.append(LayoutPoint(tp, cp, pp, vpp, ep, etp, mbs, dp, edp, layout_str))
+                            if points:
+                                yield lay, points
