@@ -97,12 +97,27 @@ class TimeEstimate(BaseModel):
 
 
 @dataclass(eq=False)
+class LayerWork:
+    """Compute work of one decoder layer kind (fwd, one microbatch, one GPU, :func:`_layer_work`) and the counts of
+    its launches that the work decides. Compares by identity: a memo key of its price (:func:`_price_work`), shared
+    read only by every :class:`LayerType` whose work inputs are equal (feature variants that change only the
+    collectives or the launches, e.g. CUDA-graph scopes or the dispatcher, price one work once)."""
+
+    work: dict[str, np.ndarray]
+    n_quant: int  #: quantised GEMM inputs (FP8 / FP4 cast kernels of the launches)
+    n_lora: int  #: LoRA adapters of the layer
+    n_lora_attn: int  #: of them, on the attention linears
+    #: forward bytes one rank sends in the Mamba CP all-to-alls (:func:`moetune.perfmodel.comm.mamba_cp_bytes_per_layer`)
+    cp_a2a_bytes: float = 0.0
+
+
+@dataclass(eq=False)
 class LayerType:
     """Work of one decoder layer kind (fwd, one microbatch, one GPU). Compares by identity: a memo key of its
     prices (:func:`_price_layer`), shared read only."""
 
     key: tuple
-    work: dict[str, np.ndarray]
+    work: LayerWork  #: the compute work (shared by the layer types of equal work inputs)
     tp_bytes: float  # sum of full-tensor sizes of the forward AG/RS collectives
     cp_bytes: float
     a2a_intra: float  # per A2A (dispatch or combine), bytes sent by one rank
@@ -301,23 +316,82 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                 ) -> LayerType:
     """Forward work of a decoder layer of kind (mixer, mlp) (one microbatch, one GPU): every layer of a kind has the
     same work (:func:`moetune.perfmodel.flops.layer_flops` depends on the kind only). ``kernels``:
-    ``kernels_per_layer`` of the efficiency constants."""
+    ``kernels_per_layer`` of the efficiency constants. The compute work: :func:`_layer_work` of the inputs it reads."""
     feat = inp
-    i = _first_layer(model, mixer, mlp)  # the layer the FLOPs are read from and the work rows are tagged with
     s, b = inp.seq_length, inp.micro_batch_size
     tp, cp, ep, etp = inp.tp, inp.cp, inp.ep, inp.etp
+    lw = _layer_work(model, mixer, mlp, quant, s, b, tp, cp, ep, etp, K.QUANT_BYTES[feat.precision],
+                     feat.tp_comm_overlap and feat.sequence_parallel and tp > 1, inp.expert_load,
+                     feat.apply_rope_fusion, feat.cp_comm_type == "p2p", feat.attention_backend == "unfused",
+                     inp.lora_targets, inp.lora_dim)
+    h = model.hidden_size
+    t_a = s * b / cp  # tokens per attention (TP) group on this rank's CP shard
+    t_gpu = t_a / tp  # SP-sharded tokens per GPU
+    k_top = float(model.moe_router_topk or 1)
+    E = float(model.num_moe_experts or 1)
+    load = inp.expert_load  # the hottest expert rank computes, receives and returns load x the mean tokens
+    hd = model.head_dim
+    # communication
+    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp, shared=bool(model.moe_shared_expert_intermediate_size)
+                                      and not inp.shared_expert_overlap)
+    tp_bytes = n_tp * t_a * h * C.BF16
+    if not feat.sequence_parallel and tp > 1:
+        tp_bytes *= 2  # all-reduce instead of AG/RS
+    cp_b = 0.0
+    if mixer in ("A", "W") and cp > 1:
+        kv_w = 2 * model.query_groups * hd / tp
+        if model.multi_latent_attention:
+            kv_w = model.num_attention_heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0)
+                                                + (model.v_head_dim or 0)) / tp
+        cp_b = C.cp_bytes_per_layer(t_a, kv_w, cp, feat.cp_comm_type)
+    intra = inter = 0.0
+    if mlp == "E":
+        # latent MoE (Nemotron-3 Super) dispatches the latent projection, not the hidden state
+        intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, inp.nvlink_domain,
+                                   feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
+        intra, inter = intra * load, inter * load
+    scopes = frozenset(feat.cuda_graph_scope)
+    graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
+    dropless = not feat.static_expert_shapes  # per-layer host sync of the expert token counts (perfmodel.host)
+    launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention,
+                                quant_gemms=lw.n_quant if quant else 0,
+                                scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
+                                kernels=kernels,
+                                shared=bool(model.moe_shared_expert_intermediate_size),
+                                tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1,
+                                local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
+                                permute_fusion=feat.moe_permute_fusion,
+                                unfused_attention=feat.attention_backend == "unfused",
+                                unfused_rope=not feat.apply_rope_fusion, ep_overlap=inp.ep_overlap,
+                                dispatcher=feat.moe_token_dispatcher_type,
+                                flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=lw.n_lora_attn,
+                                lora_mlp=lw.n_lora - lw.n_lora_attn,
+                                fused_grouped_mlp=inp.fused_grouped_mlp and quant)
+    return LayerType((mixer, mlp, quant), lw, tp_bytes, cp_b, intra, inter, mlp == "E", launches, lw.cp_a2a_bytes)
+
+
+@memo(maxsize=32768)
+def _layer_work(model: ModelArch, mixer: str, mlp: str, quant: bool, s: int, b: int, tp: int, cp: int, ep: int,
+                etp: int, qb: float, chunked: bool, load: float, rope_fusion: bool, cp_p2p: bool, unfused_attn: bool,
+                lora_targets: tuple[str, ...], lora_dim: int) -> LayerWork:
+    """Compute work of a decoder layer of kind (mixer, mlp) (:func:`_layer_type`), from what it reads of the job:
+    the batch shape ``s`` x ``b``, the mesh, ``qb`` (:data:`moetune.perfmodel.compute.QUANT_BYTES` of the precision),
+    ``chunked`` (TE userbuffers TP overlap: tp_comm_overlap with SP and TP > 1), ``load``
+    (:func:`moetune.perfmodel.routing.expert_load`), ``rope_fusion`` (apply_rope_fusion), ``cp_p2p``
+    (cp_comm_type p2p), ``unfused_attn`` (the unfused attention backend) and the LoRA targets and rank (() and 0
+    without LoRA)."""
+    i = _first_layer(model, mixer, mlp)  # the layer the FLOPs are read from and the work rows are tagged with
     h = model.hidden_size
     t_a = s * b / cp  # tokens per attention (TP) group on this rank's CP shard
     t_gpu = t_a / tp  # SP-sharded tokens per GPU
     comps = _layer_flops(model, i, s)
     wl = K.WorkList()
-    qb = K.QUANT_BYTES[feat.precision]
     k_top = float(model.moe_router_topk or 1)
     E = float(model.num_moe_experts or 1)
     up_frac = _mla_up_fraction(model) if mixer in ("A", "W") else 0.0
     # TE userbuffers TP overlap (ring exchange) runs each TP-sharded GEMM as TP chunks of t_a/TP rows
-    m_tp = t_a / tp if (feat.tp_comm_overlap and feat.sequence_parallel and tp > 1) else t_a
-    load = inp.expert_load  # the hottest expert rank computes, receives and returns load x the mean tokens
+    m_tp = t_a / tp if chunked else t_a
+    # load: the hottest expert rank computes, receives and returns load x the mean tokens
     cast_elems = 0.0
     n_quant = 0
     for name, f in comps.items():
@@ -362,9 +436,10 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         else:
             wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp, 1.0), h, quant=False, tag="other", layer=i)
     n_lora = n_lora_attn = 0
-    if inp.lora_targets:
-        _adapter_gemms(wl, model, mixer, mlp, inp, i, t_a * k_top * etp * load / tp)
-        adapters = lora_adapters(model, mixer, mlp, inp.lora_targets)
+    if lora_targets:
+        _adapter_gemms(wl, model, mixer, mlp, lora_targets, float(lora_dim), t_a, tp, etp, i,
+                       t_a * k_top * etp * load / tp)
+        adapters = lora_adapters(model, mixer, mlp, lora_targets)
         n_lora = len(adapters)
         n_lora_attn = sum(1 for a in adapters if a.module in ("linear_qkv", "linear_proj"))
     # memory-bound kernels (forward bytes on this GPU)
@@ -373,12 +448,12 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mixer in ("A", "W"):
         qk = (model.num_attention_heads + model.query_groups) * hd
-        rope = K.rope_bytes if feat.apply_rope_fusion else K.unfused_rope_bytes
+        rope = K.rope_bytes if rope_fusion else K.unfused_rope_bytes
         wl.mem(t_a * rope(qk) / tp, tag="attn_proj", layer=i)
-        if cp > 1 and feat.cp_comm_type == "p2p":
+        if cp > 1 and cp_p2p:
             v_dim = float(model.v_head_dim or hd) if model.multi_latent_attention else float(hd)
             wl.mem(t_a * K.cp_correction_bytes(cp, model.num_attention_heads / tp * v_dim), tag="core_attn", layer=i)
-        if feat.attention_backend == "unfused":
+        if unfused_attn:
             # Megatron's unfused DotProductAttention materialises the scores: causal context ~ core FLOPs / (4·q)
             ctx = comps.get("core_attention", 0.0) / (4.0 * model.num_attention_heads * hd) * 2
             wl.mem(t_a * K.unfused_attention_bytes(model.num_attention_heads / tp, ctx), tag="core_attn", layer=i,
@@ -409,42 +484,7 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                    tag="shared", layer=i)
     if quant and cast_elems:
         wl.mem(t_gpu * K.cast_bytes(cast_elems, qb), tag="other", layer=i)
-    # communication
-    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp, shared=bool(model.moe_shared_expert_intermediate_size)
-                                      and not inp.shared_expert_overlap)
-    tp_bytes = n_tp * t_a * h * C.BF16
-    if not feat.sequence_parallel and tp > 1:
-        tp_bytes *= 2  # all-reduce instead of AG/RS
-    cp_b = 0.0
-    if mixer in ("A", "W") and cp > 1:
-        kv_w = 2 * model.query_groups * hd / tp
-        if model.multi_latent_attention:
-            kv_w = model.num_attention_heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0)
-                                                + (model.v_head_dim or 0)) / tp
-        cp_b = C.cp_bytes_per_layer(t_a, kv_w, cp, feat.cp_comm_type)
-    intra = inter = 0.0
-    if mlp == "E":
-        # latent MoE (Nemotron-3 Super) dispatches the latent projection, not the hidden state
-        intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, inp.nvlink_domain,
-                                   feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
-        intra, inter = intra * load, inter * load
-    scopes = frozenset(feat.cuda_graph_scope)
-    graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
-    dropless = not feat.static_expert_shapes  # per-layer host sync of the expert token counts (perfmodel.host)
-    launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention, quant_gemms=n_quant if quant else 0,
-                                scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
-                                kernels=kernels,
-                                shared=bool(model.moe_shared_expert_intermediate_size),
-                                tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1,
-                                local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
-                                permute_fusion=feat.moe_permute_fusion,
-                                unfused_attention=feat.attention_backend == "unfused",
-                                unfused_rope=not feat.apply_rope_fusion, ep_overlap=inp.ep_overlap,
-                                dispatcher=feat.moe_token_dispatcher_type,
-                                flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=n_lora_attn,
-                                lora_mlp=n_lora - n_lora_attn,
-                                fused_grouped_mlp=inp.fused_grouped_mlp and quant)
-    return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches, mamba_cp)
+    return LayerWork(wl.arrays(), n_quant, n_lora, n_lora_attn, mamba_cp)
 
 
 #: the base linears whose input dimension is split over TP (row-parallel: ``input_is_parallel`` in Bridge's adapter)
@@ -453,8 +493,8 @@ _ROW_PARALLEL = frozenset({"linear_proj", "linear_fc2"})
 _ADAPTER_TAG = {"linear_qkv": "attn_proj", "linear_proj": "attn_proj"}
 
 
-def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, inp: LayerInputs, layer: int,
-                   expert_rows: float) -> None:
+def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, targets: tuple[str, ...], r: float,
+                   t_a: float, tp: int, etp: int, layer: int, expert_rows: float) -> None:
     """Forward GEMMs of a layer's LoRA adapters (:func:`moetune.perfmodel.params.lora_adapters`), BF16, marked
     ``adapter`` (trainable: they keep wgrad when the base is frozen, :func:`_price`).
 
@@ -465,11 +505,10 @@ def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, inp: 
     the routed experts' shared adapter (``share_expert_adapters``) on every token routed to the rank
     (``expert_rows``), split over ETP. At rank 16-32 each GEMM is bandwidth-bound (a 16-wide N or K): the roofline
     of :func:`moetune.perfmodel.compute.gemm_pass_seconds` prices it by the bytes it moves, i.e. by reading the
-    input activation once more (forward), and dX / X again (backward)."""
-    r = float(inp.lora_dim)
-    t_a = inp.seq_length * inp.micro_batch_size / inp.cp
-    for a in lora_adapters(model, mixer, mlp, inp.lora_targets):
-        split = float(inp.etp if a.expert else inp.tp)
+    input activation once more (forward), and dX / X again (backward). ``r``: the LoRA rank; ``t_a``: the TP group's
+    tokens on this rank's CP shard."""
+    for a in lora_adapters(model, mixer, mlp, targets):
+        split = float(etp if a.expert else tp)
         rows = expert_rows if a.expert else t_a
         tag = "experts" if a.expert else _ADAPTER_TAG.get(a.module, "shared" if mlp == "E" else "mlp")
         if a.module in _ROW_PARALLEL:
@@ -930,7 +969,7 @@ class LayerPrice:
 def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
     """Price of one layer type (:func:`_price` plus its communication and host time); read only."""
     r = q.rates
-    g, a, e, rec, g_tp, g_exp = _price(lt.work, r, dict(q.recompute_frac), q.full_recompute_frac)
+    g, a, e, rec, g_tp, g_exp = _price_work(lt.work, compute_rates(r), q.recompute_frac, q.full_recompute_frac)
     comp = 3 * (g + a + e)  # fwd + bwd (dgrad + wgrad ≈ 2× fwd; attention bwd counted as 2× fwd FLOPs)
     tp_comm = 2 * C.ring_seconds(lt.tp_bytes, q.tp, q.tp_busbw) if q.tp > 1 else 0.0
     tp_exp = S.tp_exposed(tp_comm, 3 * g_tp, overlap=q.tp_overlap, splits=q.tp_overlap_splits,
@@ -950,6 +989,14 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
                       host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
                                           native_us=q.native_launch_us),
                       sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
+
+
+@memo(maxsize=65536)
+def _price_work(lw: LayerWork, cr: ComputeRates, recompute_frac: tuple[tuple[int, float], ...], full_recompute_frac: float
+                ) -> tuple[float, float, float, float, float, float]:
+    """:func:`_price` of a layer kind's compute work with the compute rates of :class:`Rates` (the only ones it
+    reads), memoised: layer types of equal work (:class:`LayerWork`) share one price; read only."""
+    return _price(lw.work, cr, dict(recompute_frac), full_recompute_frac)
 
 
 class ComputeRates(NamedTuple):
