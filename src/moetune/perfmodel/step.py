@@ -5,7 +5,7 @@ Two phases keep the planner fast:
 1. :func:`build_profile` turns a :class:`~moetune.spec.job.Job` into per-stage *work* (GEMM shapes and FLOPs,
    attention FLOPs, memory-bound bytes, collective bytes, kernel launches) — no efficiency parameters involved.
    Per-layer work is cached per (model, layer type, batch shape, layout, precision).
-2. :func:`evaluate` prices the work with an :class:`~moetune.perfmodel.calibration.Efficiency` set (numpy), applies
+2. :func:`evaluate` prices the work with an :class:`~moetune.perfmodel.calibration.Efficiency` set (plain floats with numpy's results, :func:`_price`), applies
    the schedule (:mod:`moetune.perfmodel.schedule`) and returns seconds per wall.
 
 Per-microbatch stage time S = compute (fwd + 2× fwd for backward) + recompute + exposed TP/CP/EP communication +
@@ -103,7 +103,7 @@ class LayerWork:
     read only by every :class:`LayerType` whose work inputs are equal (feature variants that change only the
     collectives or the launches, e.g. CUDA-graph scopes or the dispatcher, price one work once)."""
 
-    work: dict[str, np.ndarray]
+    work: K.Work
     n_quant: int  #: quantised GEMM inputs (FP8 / FP4 cast kernels of the launches)
     n_lora: int  #: LoRA adapters of the layer
     n_lora_attn: int  #: of them, on the attention linears
@@ -484,7 +484,7 @@ def _layer_work(model: ModelArch, mixer: str, mlp: str, quant: bool, s: int, b: 
                    tag="shared", layer=i)
     if quant and cast_elems:
         wl.mem(t_gpu * K.cast_bytes(cast_elems, qb), tag="other", layer=i)
-    return LayerWork(wl.arrays(), n_quant, n_lora, n_lora_attn, mamba_cp)
+    return LayerWork(wl.rows(), n_quant, n_lora, n_lora_attn, mamba_cp)
 
 
 #: the base linears whose input dimension is split over TP (row-parallel: ``input_is_parallel`` in Bridge's adapter)
@@ -620,7 +620,7 @@ class ExtraWork:
     """Embedding / logits / loss work of a PP rank (one object per distinct value: prices of it are memoised on
     the object, which compares by identity)."""
 
-    work: dict[str, np.ndarray]
+    work: K.Work
 
 
 @memo(maxsize=8192)
@@ -639,7 +639,7 @@ def _extra_work(model: ModelArch, seq: int, mbs: int, cp: int, tp: int, emb: boo
         wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp / share, 1.0), h, quant=False, tag="logits", layer=-1)
         # logits written in BF16, fused cross-entropy reads them and writes FP32 grads
         wl.mem(t_a * share * vpad / tp * (2 * K.BF16_BYTES + 4.0), tag="logits", layer=-1)
-    return ExtraWork(wl.arrays())
+    return ExtraWork(wl.rows())
 
 
 @memo(maxsize=16384)
@@ -811,40 +811,61 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _price(work: dict[str, np.ndarray], r: Rates | ComputeRates, rf: dict[int, float], full_frac: float
+def _price(work: K.Work, r: Rates | ComputeRates, rf: dict[int, float], full_frac: float
            ) -> tuple[float, float, float, float, float, float]:
     """(a third of the fwd + bwd gemm s, fwd attn s, fwd mem s, recompute fwd s, a third of the fwd + bwd gemm s of
     TP-sharded kinds, of MoE experts). GEMMs are priced per pass (forward, dgrad, wgrad with the main-gradient
-    accumulation, :func:`compute.gemm_pass_seconds`), the rest by the 3x-forward convention of the callers."""
-    gf = work["g_flops"]
-    if gf.size:
-        kw = dict(peak_quant_tflops=r.peak_quant, eff_quant=r.eff_quant, peak_bf16_tflops=r.peak_bf16,
-                  eff_bf16=r.eff_bf16, knee=r.knee, hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, quant_bytes=r.quant_bytes)
-        args = (gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"])
-        # LoRA: the frozen base GEMMs skip wgrad, the adapters' GEMMs keep it (compute.gemm_pass_seconds)
-        wgrad = work.get("g_adapter", False) if r.frozen_base else True
-        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r.grad_accum_bytes, wgrad=wgrad)
-        tfb = (tg + tb) / 3.0
-    else:
-        tg = tfb = gf
-    ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r.peak_bf16, eff=r.attn_eff)
-    te = K.memory_seconds(work["e_bytes"], hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, stream=work.get("e_stream"),
-                          stream_eff=r.hbm_stream_eff)
-    g, a, e = float(tg.sum()), float(ta.sum()), float(te.sum())
-    g_fb = float(tfb.sum())
+    accumulation, :func:`compute.gemm_row_seconds`), the rest by the 3x-forward convention of the callers.
+
+    Each row in plain floats and each total as ``np.sum`` of the rows' array (:func:`compute.pairwise_sum`): the
+    numbers of pricing the work's columns with numpy (tests/test_step_fastpath.py). A zero rate prices the rows as
+    numpy float64 values instead, which give numpy's inf / NaN where plain floats would raise."""
+    try:
+        return _price_rows(work, r, rf, full_frac)
+    except ZeroDivisionError:
+        f64 = np.float64
+        return _price_rows(K.Work(tuple((f64(f), f64(m), f64(n), f64(k), f64(g), *rest)
+                                        for f, m, n, k, g, *rest in work.gemms),
+                                  tuple((f64(f), tag) for f, tag in work.attn),
+                                  tuple((f64(b), *rest) for b, *rest in work.mem)), r, rf, full_frac)
+
+
+def _price_rows(work: K.Work, r: Rates | ComputeRates, rf: dict[int, float], full_frac: float
+                ) -> tuple[float, float, float, float, float, float]:
+    """:func:`_price` of the rows' numbers as they are (floats, or np.float64 for numpy's division by zero)."""
+    sum_ = K.pairwise_sum
+    gemm_row, attn_s, mem_s = K.gemm_row_seconds, K.attention_seconds, K.memory_seconds
+    rates = (r.peak_quant, r.eff_quant, r.peak_bf16, r.eff_bf16, r.knee, r.hbm_gbs, r.hbm_eff, r.quant_bytes,
+             r.grad_accum_bytes)  # gemm_row_seconds' rates, in its order
+    frozen = r.frozen_base  # LoRA: the frozen base GEMMs skip wgrad, the adapters' GEMMs keep it
+    tg: list[float] = []
+    tfb: list[float] = []
+    g_tags: list[int] = []
+    for flops, m, n, k, groups, quant, tag, adapter in work.gemms:
+        fwd, bwd = gemm_row(flops, m, n, k, groups, quant, *rates, adapter or not frozen)
+        tg.append(fwd)
+        tfb.append((fwd + bwd) / 3.0)
+        g_tags.append(tag)
+    peak, attn_eff = r.peak_bf16, r.attn_eff
+    ta = [attn_s(f, peak, attn_eff) for f, _ in work.attn]
+    hbm, hbm_eff, stream_eff = r.hbm_gbs, r.hbm_eff, r.hbm_stream_eff
+    te = [mem_s(b, hbm, hbm_eff, stream, stream_eff) for b, _, stream in work.mem]
+    g, a, e = float(sum_(tg)), float(sum_(ta)), float(sum_(te))
+    g_fb = float(sum_(tfb))
     rec = 0.0
     if full_frac > 0:
         rec = full_frac * (g + a + e)
     elif rf:
         for tag, frac in rf.items():
-            if tg.size:
-                rec += frac * float(tg[work["g_tag"] == tag].sum())
-            if ta.size:
-                rec += frac * float(ta[work["a_tag"] == tag].sum())
-            if te.size:
-                rec += frac * float(te[work["e_tag"] == tag].sum())
-    tp_kinds = float(tfb[work["g_tag"] != K.TAG["experts"]].sum()) if tg.size else 0.0
-    exp = float(tfb[work["g_tag"] == K.TAG["experts"]].sum()) if tg.size else 0.0
+            if tg:
+                rec += frac * float(sum_([t for t, x in zip(tg, g_tags) if x == tag]))
+            if ta:
+                rec += frac * float(sum_([t for t, (_, x) in zip(ta, work.attn) if x == tag]))
+            if te:
+                rec += frac * float(sum_([t for t, (_, x, _) in zip(te, work.mem) if x == tag]))
+    experts = K.TAG["experts"]
+    tp_kinds = float(sum_([t for t, x in zip(tfb, g_tags) if x != experts])) if tg else 0.0
+    exp = float(sum_([t for t, x in zip(tfb, g_tags) if x == experts])) if tg else 0.0
     return g_fb, a, e, rec, tp_kinds, exp
 
 
