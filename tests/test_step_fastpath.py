@@ -224,3 +224,46 @@ def test_shared_layer_work_equals_a_cold_one():
         prof = T.build_profile(job, eff)
         assert {k: lt.work.work for k, lt in prof.types.items()} == works
         assert T._layer_prices(prof, eff)[2] == prices
+
+
+def _layout_jobs() -> list:
+    """Base jobs of many layouts (PP / VPP splits, the FLOPs split of layouts without a valid one, MTP layers, BF16
+    first and last layers, hybrid Mamba models)."""
+    out = []
+    for model, system, gpus, gbs, prec, kw in (
+            ("DeepSeek-V3", "DGX-H100", 256, 4096, "fp8_cs", {"first_last_layers_bf16": True}),
+            ("Nemotron-3.5-Lightning", "GB200-NVL72", 32, 256, "mxfp8", {}),
+            ("Qwen3-30B-A3B", "DGX-H100", 16, 512, "bf16", {})):
+        req = P.PlanRequest(model=get_model(model), system=get_system(system), gpus=gpus, global_batch_size=gbs,
+                            seq_length=4096, precisions=(prec,))
+        layouts = list(enumerate_layouts(req.model, req.system, gpus, gbs, 4096, SpaceLimits()))
+        for lp in layouts[::max(len(layouts) // 60, 1)]:
+            base = P._base_features(req.model, prec, lp)
+            out.append(P._job(req, lp, base.model_copy(update=kw)))
+    return out
+
+
+_LAYOUT_JOBS = _layout_jobs()
+
+
+def test_profile_layer_kinds_are_the_stage_kinds():
+    """A profile prices the model's layer kinds (:func:`step._model_kinds`), whatever its layout: exactly the kinds
+    its stages hold (evaluate reads every stage kind's price, and whether any priced kind syncs the host)."""
+    eff = T.resolve_efficiency(None)
+    assert any(j.layout.pp > 1 for j in _LAYOUT_JOBS) and any(j.model.mtp_num_layers for j in _LAYOUT_JOBS)
+    for job in _LAYOUT_JOBS + _JOBS[::7]:
+        prof = T.build_profile(job, eff)
+        assert set(prof.types) == {key for st in prof.stages for key in st.layer_counts}
+
+
+def test_job_layer_prices_equal_the_profile_path():
+    """:func:`step.job_layer_prices` (the layer kinds without the stage works) returns the rates, prices and SM share
+    of :func:`step._layer_prices` of the full profile, and the profile's fields the group bound reads."""
+    eff = T.resolve_efficiency(None)
+    for job in _LAYOUT_JOBS + _JOBS[::5]:
+        kinds, r, priced, sm = T.job_layer_prices(job, eff)
+        prof = T.build_profile(job, eff)
+        assert (r, sm, priced) == (*T._layer_prices(prof, eff)[:2], T._layer_prices(prof, eff)[2])
+        for name in ("types", "recompute_frac", "recompute_a2a", "full_recompute_frac", "quant_bytes", "pcls",
+                     "offload_bytes", "fg_offload"):
+            assert getattr(kinds, name) == getattr(prof, name), name

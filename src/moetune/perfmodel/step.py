@@ -644,9 +644,9 @@ def _extra_work(model: ModelArch, seq: int, mbs: int, cp: int, tp: int, emb: boo
 
 @memo(maxsize=16384)
 def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bool, bf16_layers: frozenset[int],
-                 kernels: FrozenMap) -> tuple[tuple[StageWork, ...], tuple[tuple[int, bool], ...]]:
+                 kernels: FrozenMap) -> tuple[StageWork, ...]:
     """Per-PP-rank work of :func:`build_profile` that no feature changes (layer kinds and counts, embedding / logits /
-    loss work, local params), and the (first layer index, quantised) of each layer kind in first-seen order.
+    loss work, local params).
 
     The planner prices many feature variants of one layout. The returned StageWork objects are shared and read
     only."""
@@ -656,7 +656,7 @@ def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
     vpad = model.padded_vocab_size(tp)
     stages: list[StageWork] = []
     same: dict[tuple, StageWork] = {}
-    ranks, first = _stage_kinds(model, split.layers, split.mtp, quant_on, bf16_layers)
+    ranks, _ = _stage_kinds(model, split.layers, split.mtp, quant_on, bf16_layers)
     for p, (counts, n_layers, dense_p, exp_p) in enumerate(ranks):
         emb, loss = split.embedding[p], split.loss[p]
         st = StageWork()
@@ -679,7 +679,7 @@ def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
         # ranks with the same content share one object (evaluate prices each distinct object once)
         sig = (tuple(st.layer_counts.items()), emb, loss, st.layers, kern, st.dense_params, st.expert_params)
         stages.append(same.setdefault(sig, st))
-    return tuple(stages), first
+    return tuple(stages)
 
 
 @memo(maxsize=16384)
@@ -704,25 +704,32 @@ def _stage_kinds(model: ModelArch, split: tuple[tuple[int, ...], ...], mtp: tupl
 
 @memo(maxsize=16384)
 def _layout_work(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bool, bf16_layers: frozenset[int],
-                 kernels: FrozenMap
-                 ) -> tuple[PipelineSplit, float, tuple[StageWork, ...], tuple[tuple[int, bool], ...]]:
+                 kernels: FrozenMap) -> tuple[PipelineSplit, float, tuple[StageWork, ...]]:
     """What :func:`build_profile` reads of a layout, in one lookup: its pipeline split (:func:`_pipeline_split`), the
-    model FLOPs per token (:func:`_total_flops`) and the stage works and layer kinds (:func:`_stage_works`)."""
+    model FLOPs per token (:func:`_total_flops`) and the stage works (:func:`_stage_works`)."""
     split = _pipeline_split(model, split_fields(lay), seq, lay.tp)
     total = _total_flops(model, seq, lay.tp)
-    stages, first_kinds = _stage_works(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
-    return split, total, stages, first_kinds
+    return split, total, _stage_works(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
+
+
+@memo(maxsize=4096)
+def _model_kinds(model: ModelArch, quant_on: bool, bf16_layers: frozenset[int]) -> tuple[tuple[int, bool], ...]:
+    """(first layer index, quantised) of each decoder-layer kind of the model, in layer order (:func:`_stage_kinds`
+    of one rank holding every layer). These are the kinds of every pipeline split: a split places each decoder layer
+    on one rank, and an MTP layer is a copy of the last decoder layer, of that layer's kind (:func:`_stage_summary`);
+    so a profile's layer kinds do not depend on its layout (tests/test_step_fastpath.py)."""
+    return _stage_kinds(model, (tuple(range(model.num_layers)),), (0,), quant_on, bf16_layers)[1]
 
 
 @memo(maxsize=32768)
-def _layer_types(model: ModelArch, first_kinds: tuple[tuple[int, bool], ...], feat: Features, seq: int, mbs: int,
+def _layer_types(model: ModelArch, quant_on: bool, bf16_layers: frozenset[int], feat: Features, seq: int, mbs: int,
                  tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, kernels: FrozenMap, fused_mlp: bool = False
                  ) -> dict[tuple, LayerType]:
-    """{LayerType.key: work} of the layer kinds ``first_kinds`` (:func:`_layer_type` of the job's
-    :class:`LayerInputs`); read only."""
+    """{LayerType.key: work} of the model's layer kinds (:func:`_model_kinds`; :func:`_layer_type` of the job's
+    :class:`LayerInputs`), the same for every layout of a mesh, batch shape and features; read only."""
     inp = LayerInputs.of_fields(seq, mbs, tp, cp, ep, etp, nvlink_domain, feat, fused_mlp)
     types: dict[tuple, LayerType] = {}
-    for i, quant in first_kinds:
+    for i, quant in _model_kinds(model, quant_on, bf16_layers):
         lt = _layer_type(model, model.mixer_pattern[i], model.mlp_pattern[i], quant, inp, kernels)
         types[lt.key] = lt
     return types
@@ -771,39 +778,62 @@ def quantised_layers(model: ModelArch, feat: Features) -> tuple[bool, frozenset[
     return quant_on, bf16_layers
 
 
+class LayerKinds(NamedTuple):
+    """The layer kinds of a job and what pricing them reads (:func:`_layer_prices`): the part of a :class:`Profile`
+    that does not depend on the pipeline split (beyond the first rank's layers and VPP of a full recompute). Field
+    names as in :class:`Profile`."""
+
+    job: Job
+    types: dict[tuple, LayerType]
+    recompute_frac: dict[int, float]
+    recompute_a2a: float
+    full_recompute_frac: float
+    quant_bytes: float
+    pcls: str
+    offload_bytes: tuple[float, ...]
+    fg_offload: dict[tuple[str, str], float]
+    notes: tuple[str, ...]  #: the recompute selection's and the fused grouped MLP's assumptions
+
+
+def _layer_kinds(job: Job, eff: Efficiency, split: PipelineSplit, quant: tuple[bool, frozenset[int]]) -> LayerKinds:
+    """:class:`LayerKinds` of ``job`` with pipeline split ``split`` and :func:`quantised_layers` ``quant``: the layer
+    kinds' work (:func:`_layer_types`) and the recompute selection (:func:`recompute_selection`), memoised on what
+    they read, and the offloaded bytes."""
+    model, lay, feat = job.model, job.layout, job.features
+    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
+    types = _layer_types(model, *quant, feat, job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep,
+                         lay.expert_tp, job.system.nvlink_domain, eff.kernels, fused_mlp)
+    rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), split.vpp)
+    if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
+        notes = (*notes, "cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
+                         "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
+                         "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
+    return LayerKinds(job, types, rf, rec_a2a, full_frac, K.QUANT_BYTES[feat.precision],
+                      K.precision_class(feat.precision, job.system.gpu.arch), cpu_offloaded_layer_bytes(job),
+                      fine_grained_offloaded_bytes(job), notes)
+
+
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     """Work of every pipeline stage of ``job`` for one microbatch (see module doc). The layout's part
-    (:func:`_layout_work`), the layer kinds' work (:func:`_layer_types`) and the recompute selection
-    (:func:`recompute_selection`) are memoised on what they read."""
+    (:func:`_layout_work`) and the layer kinds' part (:func:`_layer_kinds`) are memoised on what they read."""
     eff = eff or default_efficiency()
     model, lay, feat = job.model, job.layout, job.features
     seq, mbs = job.seq_length, job.micro_batch_size
-    quant_on, bf16_layers = quantised_layers(model, feat)
-    kernels = eff.kernels
-    split, total, stages, first_kinds = _layout_work(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
-    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes,
-                              *task_assumptions(feat)]
-    v = split.vpp
-    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
-    types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
-                         job.system.nvlink_domain, kernels, fused_mlp)
-    rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), v)
-    assumptions.extend(notes)
-    if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
-        assumptions.append("cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
-                           "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
-                           "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
+    quant = quantised_layers(model, feat)
+    split, total, stages = _layout_work(model, lay, seq, mbs, *quant, eff.kernels)
+    kinds = _layer_kinds(job, eff, split, quant)
+    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes, *task_assumptions(feat),
+                              *kinds.notes]
     # PP send/recv of one microbatch's activations at a stage boundary
     t_a, tp, h = seq * mbs / lay.cp, lay.tp, model.hidden_size
     pp_bytes = t_a / (tp if feat.sequence_parallel else 1) * h * C.BF16
     pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
     m = max(job.num_microbatches, 1)
-    pcls = K.precision_class(feat.precision, job.system.gpu.arch)
     if feat.task == "lora":  # the model FLOPs reported (TFLOP/s/GPU) as Bridge counts a LoRA job
         total = _task_flops(model, seq, lay.tp, feat.task)
-    return Profile(job, types, list(stages), m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes,
-                   pp_cross, K.QUANT_BYTES[feat.precision], pcls, cpu_offloaded_layer_bytes(job),
-                   fine_grained_offloaded_bytes(job))
+    return Profile(job, kinds.types, list(stages), m, lay.pp, split.vpp, total, kinds.recompute_frac,
+                   kinds.recompute_a2a, kinds.full_recompute_frac, assumptions, pp_bytes, pp_cross, kinds.quant_bytes,
+                   kinds.pcls, kinds.offload_bytes, kinds.fg_offload)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1087,7 +1117,7 @@ class StepWalls:
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
 
-def _layer_prices(prof: Profile, eff: Efficiency) -> tuple[Rates, float, dict[tuple, LayerPrice]]:
+def _layer_prices(prof: Profile | LayerKinds, eff: Efficiency) -> tuple[Rates, float, dict[tuple, LayerPrice]]:
     """The rates of a profile's job, the SM share of its flex dispatcher and the price of each of its layer kinds
     (:func:`_price_layer`): the first part of :func:`evaluate`, shared with :func:`stage_a2a_seconds`."""
     job = prof.job
@@ -1492,12 +1522,16 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
 # ------------------------------------------------------------------------------------------------------------
 
 
-def job_layer_prices(job: Job, eff: Efficiency) -> tuple[Profile, Rates, dict[tuple, LayerPrice], float]:
-    """The profile of ``job`` (:func:`build_profile`), its rates, the price of each of its layer kinds and the SM
-    share of its dispatcher's kernels (:func:`_layer_prices`), as :func:`evaluate` reads them."""
-    prof = build_profile(job, eff)
-    r, sm_frac, priced = _layer_prices(prof, eff)
-    return prof, r, priced, sm_frac
+def job_layer_prices(job: Job, eff: Efficiency) -> tuple[LayerKinds, Rates, dict[tuple, LayerPrice], float]:
+    """The layer kinds of ``job`` (:func:`_layer_kinds`, the fields of :func:`build_profile`'s profile that do not
+    depend on the stage works), its rates, the price of each of its layer kinds and the SM share of its dispatcher's
+    kernels (:func:`_layer_prices`), as :func:`evaluate` reads them; without the stage works of the layout, which
+    the planner's group bound does not read (most of its representatives' layouts are never priced)."""
+    lay = job.layout
+    kinds = _layer_kinds(job, eff, _pipeline_split(job.model, split_fields(lay), job.seq_length, lay.tp),
+                         quantised_layers(job.model, job.features))
+    r, sm_frac, priced = _layer_prices(kinds, eff)
+    return kinds, r, priced, sm_frac
 
 
 def pipeline_split(model: ModelArch, lay: Layout, seq: int) -> PipelineSplit:
