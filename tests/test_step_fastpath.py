@@ -267,3 +267,16 @@ def test_job_layer_prices_equal_the_profile_path():
         for name in ("types", "recompute_frac", "recompute_a2a", "full_recompute_frac", "quant_bytes", "pcls",
                      "offload_bytes", "fg_offload"):
             assert getattr(kinds, name) == getattr(prof, name), name
+
+
+def test_price_carries_its_host_gap():
+    """``LayerPrice.gap`` (what evaluate adds per layer without EP overlap) is :func:`step.layer_host_gap` of the
+    price without EP overlap at its rates' host-queue sharpness."""
+    eff = T.resolve_efficiency(None)
+    n = 0
+    for job in _JOBS[::3]:
+        r, _, priced = T._layer_prices(T.build_profile(job, eff), eff)
+        for p in priced.values():
+            assert p.gap == T.layer_host_gap(p, False, r.host_queue_sharpness)
+            n += p.gap > 0
+    assert n

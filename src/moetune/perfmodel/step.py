@@ -1014,6 +1014,9 @@ class LayerPrice:
     host: float  #: host launch time
     sync: float  #: host syncs (dropless dispatch)
     rec_a2a: float = 0.0  #: the recomputed EP dispatch/combines included in ``rec`` (full or ``moe`` recompute)
+    #: :func:`layer_host_gap` of this price without EP overlap at its rates' ``host_queue_sharpness`` (set by
+    #: :func:`_price_layer`: every evaluation of a stage without EP overlap reads it)
+    gap: float = 0.0
 
 
 @memo(maxsize=65536)
@@ -1035,11 +1038,13 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
     rec_a2a = q.recompute_a2a * a2a_one
     if q.full_recompute_frac > 0 and lt.is_moe:
         rec_a2a = 2 * a2a_one * q.full_recompute_frac
-    return LayerPrice(comp=comp, gemm=3 * g, attn=3 * a, mem=3 * e, rec=rec + rec_a2a, tp=tp_exp, cp=cp_exp,
-                      a2a=4 * a2a_one, exp=3 * g_exp,
-                      host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
-                                          native_us=q.native_launch_us),
-                      sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
+    p = LayerPrice(comp=comp, gemm=3 * g, attn=3 * a, mem=3 * e, rec=rec + rec_a2a, tp=tp_exp, cp=cp_exp,
+                   a2a=4 * a2a_one, exp=3 * g_exp,
+                   host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
+                                       native_us=q.native_launch_us),
+                   sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
+    object.__setattr__(p, "gap", layer_host_gap(p, False, r.host_queue_sharpness))  # frozen: set once, here
+    return p
 
 
 @memo(maxsize=65536)
@@ -1215,6 +1220,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     delay_wgrad = feat.delay_wgrad_compute
     sharp = r.host_queue_sharpness
     host_exposed = H.host_exposed
+    cr = compute_rates(r)  # the non-layer work's price reads these (_price_extra)
     # per stage: (compute, recompute, comm_tp, comm_cp, comm_ep, host, gemm, attn, mem, EP dispatch/combine before
     # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor, the
     # offload wall, the recomputed dispatch/combines inside recompute and the largest EP-overlap partner (planner
@@ -1231,6 +1237,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         host_gap = extra_host = 0.0
         for key, n in st.layer_counts.items():
             p = priced[key]
+            host_gap += n * p.gap  # the host gaps without EP overlap (recomputed below with it)
             comp += n * p.comp
             gemm += n * p.gemm
             attn += n * p.attn
@@ -1243,7 +1250,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         a2a_tot = _stage_a2a(st, priced)
         layers_s = comp + ctp + ccp  # the decoder layers' fwd + bwd (the offload copies hide behind them)
         if st.extra is not None:
-            g, a, e = _price_extra(st.extra, r)
+            g, a, e = _price_extra_of(st.extra, cr)
             comp += 3 * (g + a + e)
             gemm += 3 * g
             mem += 3 * e
@@ -1257,9 +1264,11 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
             ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
         # the host enqueues ahead behind the device time of the layers, exposed dispatch/combine included
-        frac = ep_exp / a2a_tot if ep_overlap and a2a_tot > 0 else 0.0
-        for key, n in st.layer_counts.items():
-            host_gap += n * layer_host_gap(priced[key], ep_overlap, sharp, frac)
+        if ep_overlap:
+            frac = ep_exp / a2a_tot if a2a_tot > 0 else 0.0
+            host_gap = 0.0
+            for key, n in st.layer_counts.items():
+                host_gap += n * layer_host_gap(priced[key], ep_overlap, sharp, frac)
         host_gap += extra_host
         # layer-level CPU offloading (PP 1): host copies longer than the layer they hide behind
         off_exp = (S.offload_exposed(prof.offload_bytes, _host_copy_gbs(job), layers_s / st.layers,
