@@ -280,3 +280,20 @@ def test_price_carries_its_host_gap():
             assert p.gap == T.layer_host_gap(p, False, r.host_queue_sharpness)
             n += p.gap > 0
     assert n
+
+
+def test_price_inputs_hash_once_and_pickle_afresh():
+    """:class:`step.PriceInputs` hashes like its plain tuple (computed once) and pickles to a fresh instance of its
+    class without the cached hash (string hashes are salted per process)."""
+    import pickle
+
+    eff = T.resolve_efficiency(None)
+    job = _JOBS[0]
+    prof = T.build_profile(job, eff)
+    lay = job.layout
+    _, _, q = T._price_context(job.system, eff, job.features, lay.tp, lay.cp, lay.ep, lay.expert_tp, prof.pcls,
+                               prof.quant_bytes, 2.0, (), 0.0, 0.0)
+    assert hash(q) == hash(tuple(q)) == hash(q) and q == tuple(q)
+    back = pickle.loads(pickle.dumps(q))
+    assert type(back) is T.PriceInputs and back == q and "_hash" not in back.__dict__
+    assert type(q._replace(tp=2)) is T.PriceInputs and hash(q._replace(tp=2)) == hash(tuple(q._replace(tp=2)))

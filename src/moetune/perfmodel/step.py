@@ -974,9 +974,8 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
     )
 
 
-class PriceInputs(NamedTuple):
-    """Everything :func:`_price_layer` reads besides the layer work: the rates, the recompute selection, the TP / CP
-    mesh and bandwidths, TP-overlap settings and the host constants (its memo key)."""
+class _PriceFields(NamedTuple):
+    """The fields of :class:`PriceInputs`."""
 
     rates: Rates
     recompute_frac: tuple[tuple[int, float], ...]
@@ -996,6 +995,23 @@ class PriceInputs(NamedTuple):
     graph_launch_us: float
     native_launch_us: float
     host_sync_us: float
+
+
+class PriceInputs(_PriceFields):
+    """Everything :func:`_price_layer` reads besides the layer work: the rates, the recompute selection, the TP / CP
+    mesh and bandwidths, TP-overlap settings and the host constants (its memo key). Its hash is computed once (as
+    :class:`moetune.memo.HashedTuple`'s): a tuple re-hashes its ~40 numbers, the rates' included, on every lookup,
+    and evaluate looks one price up per layer kind."""
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = tuple.__hash__(self)
+        return h
+
+    def __reduce__(self):
+        return (PriceInputs._make, (tuple(self),))
 
 
 @dataclass(frozen=True, slots=True)
