@@ -296,7 +296,7 @@ class LayerInputs(NamedTuple):
 def fused_grouped_mlp(model: ModelArch, arch: str, f: Features, etp: int) -> bool:
     """Whether the job's routed experts run TE's CuTeDSL fused grouped MLP (``Features.cutedsl_fused_grouped_mlp``
     where Transformer Engine actually fuses: :func:`moetune.perfmodel.compute.fused_grouped_mlp_runs`)."""
-    if not model.is_moe:
+    if not (f.cutedsl_fused_grouped_mlp and model.is_moe):  # not requested: never fused (fused_grouped_mlp_runs)
         return False
     return K.fused_grouped_mlp_runs(
         requested=f.cutedsl_fused_grouped_mlp, arch=arch, precision=f.precision, etp=etp,
