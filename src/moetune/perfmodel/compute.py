@@ -26,6 +26,7 @@ Everything is per microbatch and per GPU; the forward is returned, backward mult
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -62,74 +63,86 @@ def peak_key(precision_cls: str) -> str:
     return {"bf16": "bf16", "fp8": "fp8", "mxfp8": "fp8", "nvfp4": "nvfp4"}[precision_cls]
 
 
+class Work(NamedTuple):
+    """Forward work of a set of layers for one microbatch on one GPU (:class:`WorkList`), one row per item in the
+    order added, numbers as Python floats: ``gemms`` (flops, M, N, K, groups, quantised, tag, LoRA adapter),
+    ``attn`` (flops, tag) and ``mem`` (bytes, tag, streamed), tags as indices of :data:`TAGS`."""
+
+    gemms: tuple[tuple[float, float, float, float, float, bool, int, bool], ...]
+    attn: tuple[tuple[float, int], ...]
+    mem: tuple[tuple[float, int, bool], ...]
+
+
 @dataclass
 class WorkList:
-    """Forward work of a set of layers for one microbatch on one GPU (numpy-friendly columns)."""
+    """Forward work of a set of layers for one microbatch on one GPU, built row by row (:meth:`rows`)."""
 
-    # GEMMs (one row per GEMM group; flops are forward FLOPs of all groups together)
-    g_flops: list[float] = field(default_factory=list)
-    g_m: list[float] = field(default_factory=list)
-    g_n: list[float] = field(default_factory=list)
-    g_k: list[float] = field(default_factory=list)
-    g_groups: list[float] = field(default_factory=list)
-    g_quant: list[bool] = field(default_factory=list)
-    g_tag: list[int] = field(default_factory=list)
-    g_layer: list[int] = field(default_factory=list)
-    g_adapter: list[bool] = field(default_factory=list)  # a LoRA adapter GEMM: trainable when the base is frozen
-    # attention core (forward Bridge FLOPs) and memory-bound bytes (forward)
-    a_flops: list[float] = field(default_factory=list)
-    a_tag: list[int] = field(default_factory=list)
-    a_layer: list[int] = field(default_factory=list)
-    e_bytes: list[float] = field(default_factory=list)
-    e_tag: list[int] = field(default_factory=list)
-    e_layer: list[int] = field(default_factory=list)
-    e_stream: list[bool] = field(default_factory=list)  # one contiguous multi-GB tensor streamed (module doc)
+    # GEMMs (one row per GEMM group; flops are forward FLOPs of all groups together): flops, M, N, K, groups,
+    # quantised, tag, a LoRA adapter GEMM (trainable when the base is frozen)
+    gemms: list[tuple[float, float, float, float, float, bool, int, bool]] = field(default_factory=list)
+    attn_rows: list[tuple[float, int]] = field(default_factory=list)  # attention core (forward Bridge FLOPs), tag
+    # memory-bound bytes (forward), tag, one contiguous multi-GB tensor streamed (module doc)
+    mem_rows: list[tuple[float, int, bool]] = field(default_factory=list)
 
     def gemm(self, flops: float, m: float, n: float, k: float, *, groups: float = 1.0, quant: bool, tag: str,
              layer: int, adapter: bool = False) -> None:
+        """Add a GEMM row (``layer``: the decoder layer it belongs to, for the caller's reading only)."""
         if flops <= 0:
             return
-        self.g_flops.append(flops)
-        self.g_m.append(max(m, 1.0))
-        self.g_n.append(max(n, 1.0))
-        self.g_k.append(max(k, 1.0))
-        self.g_groups.append(groups)
-        self.g_quant.append(quant)
-        self.g_tag.append(TAG[tag])
-        self.g_layer.append(layer)
-        self.g_adapter.append(adapter)
+        self.gemms.append((float(flops), float(max(m, 1.0)), float(max(n, 1.0)), float(max(k, 1.0)), float(groups),
+                           bool(quant), TAG[tag], bool(adapter)))
 
     def attn(self, flops: float, *, tag: str = "core_attn", layer: int) -> None:
         if flops > 0:
-            self.a_flops.append(flops)
-            self.a_tag.append(TAG[tag])
-            self.a_layer.append(layer)
+            self.attn_rows.append((float(flops), TAG[tag]))
 
     def mem(self, nbytes: float, *, tag: str, layer: int, stream: bool = False) -> None:
         if nbytes > 0:
-            self.e_bytes.append(nbytes)
-            self.e_tag.append(TAG[tag])
-            self.e_layer.append(layer)
-            self.e_stream.append(stream)
+            self.mem_rows.append((float(nbytes), TAG[tag], bool(stream)))
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        f = np.asarray
-        return {
-            "g_flops": f(self.g_flops, float), "g_m": f(self.g_m, float), "g_n": f(self.g_n, float),
-            "g_k": f(self.g_k, float), "g_groups": f(self.g_groups, float), "g_quant": f(self.g_quant, bool),
-            "g_tag": f(self.g_tag, int), "g_layer": f(self.g_layer, int), "g_adapter": f(self.g_adapter, bool),
-            "a_flops": f(self.a_flops, float), "a_tag": f(self.a_tag, int), "a_layer": f(self.a_layer, int),
-            "e_bytes": f(self.e_bytes, float), "e_tag": f(self.e_tag, int), "e_layer": f(self.e_layer, int),
-            "e_stream": f(self.e_stream, bool),
-        }
+    def rows(self) -> Work:
+        return Work(tuple(self.gemms), tuple(self.attn_rows), tuple(self.mem_rows))
 
 
-def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
-                      quant: np.ndarray, *, peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float,
-                      eff_bf16: float, knee: float, hbm_gbs: float, hbm_eff: float, quant_bytes: float,
-                      grad_accum_bytes: float | None = None, wgrad: np.ndarray | bool = True
-                      ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(forward, backward or None) seconds of each GEMM row, every pass the roofline of the forward's FLOPs at the
+def pairwise_sum(values: list[float]) -> float:
+    """``np.sum`` of a contiguous float64 array of ``values`` with the same result bit for bit: numpy's pairwise
+    summation (``pairwise_sum`` in numpy/_core/src/umath/loops_utils.h.src): below 8 elements a plain running sum
+    from 0.0, up to 128 eight running sums combined as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)) and the
+    remainder added one by one, above that the two halves (the first a multiple of 8 long) summed alike and added.
+    Arrays of up to 8192 elements (numpy's reduction buffer; the work rows of a layer are a few dozen at most);
+    tests/test_step_fastpath.py compares it with ``np.sum``."""
+    n = len(values)
+    if n < 8:
+        res = 0.0
+        for v in values:
+            res += v
+        return res
+    if n <= 128:
+        r0, r1, r2, r3, r4, r5, r6, r7 = values[:8]
+        stop = n - n % 8
+        for i in range(8, stop, 8):
+            r0 += values[i]
+            r1 += values[i + 1]
+            r2 += values[i + 2]
+            r3 += values[i + 3]
+            r4 += values[i + 4]
+            r5 += values[i + 5]
+            r6 += values[i + 6]
+            r7 += values[i + 7]
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(stop, n):
+            res += values[i]
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return pairwise_sum(values[:n2]) + pairwise_sum(values[n2:])
+
+
+def gemm_row_seconds(flops: float, m: float, n: float, k: float, groups: float, quant: bool,
+                     peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float, eff_bf16: float, knee: float,
+                     hbm_gbs: float, hbm_eff: float, quant_bytes: float, grad_accum_bytes: float | None = None,
+                     wgrad: bool = True) -> tuple[float, float | None]:
+    """(forward, backward or None) seconds of one GEMM row, every pass the roofline of the forward's FLOPs at the
     tile-utilised rate and its own HBM bytes (module doc).
 
     Forward: reads A (M×K) and B (K×N) in the GEMM precision, writes C (M×N) in BF16. Backward (only with
@@ -137,22 +150,42 @@ def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.nda
     X M×K and dY M×N, accumulates dW K×N into the main gradient - TE ``fuse_wgrad_accumulation`` / Megatron
     ``gradient_accumulation_fusion`` read and write the main_grad in the GEMM epilogue, ``grad_accum_bytes`` per
     weight). Where the operands dominate (few tokens per expert) the weight-gradient traffic makes wgrad
-    memory-bound. ``wgrad`` (per row or for all): False where the weight is frozen (LoRA's base linears,
-    ``requires_grad = False``): Transformer Engine's linear backward then computes dgrad only (``weight.requires_grad``
-    gates the wgrad GEMM in ``transformer_engine/pytorch/module/linear.py`` ``_Linear.backward``), so the backward is
-    one forward's FLOPs instead of two.
-    """
+    memory-bound. ``wgrad``: False where the weight is frozen (LoRA's base linears, ``requires_grad = False``):
+    Transformer Engine's linear backward then computes dgrad only (``weight.requires_grad`` gates the wgrad GEMM in
+    ``transformer_engine/pytorch/module/linear.py`` ``_Linear.backward``), so the backward is one forward's FLOPs
+    instead of two.
+
+    Plain float arithmetic, each value the one numpy's elementwise operations give (IEEE double, the same operations
+    in the same order; the maximum as ``np.maximum``: NaN when either side is). Python floats raise on a division by
+    zero where numpy gives inf / NaN: pass ``np.float64`` row values to get numpy's results there."""
     util = (m / (m + knee)) * (n / (n + knee)) * (k / (k + knee))
-    rate = np.where(quant, peak_quant_tflops * eff_quant, peak_bf16_tflops * eff_bf16) * 1e12 * util
+    rate = (peak_quant_tflops * eff_quant if quant else peak_bf16_tflops * eff_bf16) * 1e12 * util
     t_flop = flops / rate
-    bpe = np.where(quant, quant_bytes, BF16_BYTES)
+    bpe = quant_bytes if quant else BF16_BYTES
     bw = hbm_gbs * 1e9 * hbm_eff
-    fwd = np.maximum(t_flop, groups * (bpe * (m * k + k * n) + BF16_BYTES * m * n) / bw)
+    mem = groups * (bpe * (m * k + k * n) + BF16_BYTES * m * n) / bw
+    fwd = t_flop if (t_flop >= mem or t_flop != t_flop) else mem
     if grad_accum_bytes is None:
         return fwd, None
     dgrad = groups * (bpe * (m * n + k * n) + BF16_BYTES * m * k) / bw
-    wgrad_s = groups * (bpe * (m * k + m * n) + grad_accum_bytes * k * n) / bw
-    return fwd, np.maximum(t_flop, dgrad) + np.where(wgrad, np.maximum(t_flop, wgrad_s), 0.0)
+    bwd = t_flop if (t_flop >= dgrad or t_flop != t_flop) else dgrad
+    if wgrad:
+        wgrad_s = groups * (bpe * (m * k + m * n) + grad_accum_bytes * k * n) / bw
+        return fwd, bwd + (t_flop if (t_flop >= wgrad_s or t_flop != t_flop) else wgrad_s)
+    return fwd, bwd + 0.0
+
+
+def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
+                      quant: np.ndarray, *, grad_accum_bytes: float | None = None, wgrad: np.ndarray | bool = True,
+                      **rates: float) -> tuple[np.ndarray, np.ndarray | None]:
+    """(forward, backward or None) seconds of each GEMM row of the columns (:func:`gemm_row_seconds` of each, with
+    numpy's float64 values); ``wgrad`` per row or for all."""
+    wg = np.broadcast_to(np.asarray(wgrad, bool), np.shape(flops))
+    out = [gemm_row_seconds(*row, grad_accum_bytes=grad_accum_bytes, wgrad=bool(w), **rates)
+           for row, w in zip(zip(np.asarray(flops, float), np.asarray(m, float), np.asarray(n, float),
+                                 np.asarray(k, float), np.asarray(groups, float), np.asarray(quant, bool)), wg)]
+    fwd = np.array([f for f, _ in out], float)
+    return fwd, (None if grad_accum_bytes is None else np.array([b for _, b in out], float))
 
 
 def gemm_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, groups: np.ndarray,
@@ -167,20 +200,18 @@ def gemm_bwd_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndar
     return gemm_pass_seconds(flops, m, n, k, groups, quant, grad_accum_bytes=grad_accum_bytes, **rates)[1]
 
 
-def attention_seconds(flops: np.ndarray, *, peak_bf16_tflops: float, eff: float) -> np.ndarray:
+def attention_seconds(flops: float | np.ndarray, peak_bf16_tflops: float, eff: float) -> float | np.ndarray:
     """Forward seconds of fused attention for Bridge-counted forward FLOPs."""
     return flops / (peak_bf16_tflops * 1e12 * eff)
 
 
-def memory_seconds(nbytes: np.ndarray, *, hbm_gbs: float, hbm_eff: float, stream: np.ndarray | None = None,
-                   stream_eff: float | None = None) -> np.ndarray:
+def memory_seconds(nbytes: float | np.ndarray, hbm_gbs: float, hbm_eff: float, stream: bool = False,
+                   stream_eff: float | None = None) -> float | np.ndarray:
     """Seconds of memory-bound kernels moving ``nbytes`` through HBM: ``hbm_eff`` for the per-token kernels of a
-    layer (norms, activations, permutes, casts: many small launches), ``stream_eff`` for the rows flagged
-    ``stream`` (one tensor of many GB read or written in a single pass, e.g. the score matrix of unfused attention:
-    such kernels run at the HBM streaming rate, ``hbm_stream_eff`` in efficiency.yaml)."""
-    if stream is None or stream_eff is None or not stream.size:
-        return nbytes / (hbm_gbs * 1e9 * hbm_eff)
-    return nbytes / (hbm_gbs * 1e9 * np.where(stream, stream_eff, hbm_eff))
+    layer (norms, activations, permutes, casts: many small launches), ``stream_eff`` for kernels flagged ``stream``
+    (one tensor of many GB read or written in a single pass, e.g. the score matrix of unfused attention: such
+    kernels run at the HBM streaming rate, ``hbm_stream_eff`` in efficiency.yaml)."""
+    return nbytes / (hbm_gbs * 1e9 * (stream_eff if stream and stream_eff is not None else hbm_eff))
 
 
 # ------------------------------------------------------------------------------------------------------------

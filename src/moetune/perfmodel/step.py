@@ -5,7 +5,7 @@ Two phases keep the planner fast:
 1. :func:`build_profile` turns a :class:`~moetune.spec.job.Job` into per-stage *work* (GEMM shapes and FLOPs,
    attention FLOPs, memory-bound bytes, collective bytes, kernel launches) — no efficiency parameters involved.
    Per-layer work is cached per (model, layer type, batch shape, layout, precision).
-2. :func:`evaluate` prices the work with an :class:`~moetune.perfmodel.calibration.Efficiency` set (numpy), applies
+2. :func:`evaluate` prices the work with an :class:`~moetune.perfmodel.calibration.Efficiency` set (plain floats with numpy's results, :func:`_price`), applies
    the schedule (:mod:`moetune.perfmodel.schedule`) and returns seconds per wall.
 
 Per-microbatch stage time S = compute (fwd + 2× fwd for backward) + recompute + exposed TP/CP/EP communication +
@@ -97,12 +97,27 @@ class TimeEstimate(BaseModel):
 
 
 @dataclass(eq=False)
+class LayerWork:
+    """Compute work of one decoder layer kind (fwd, one microbatch, one GPU, :func:`_layer_work`) and the counts of
+    its launches that the work decides. Compares by identity: a memo key of its price (:func:`_price_work`), shared
+    read only by every :class:`LayerType` whose work inputs are equal (feature variants that change only the
+    collectives or the launches, e.g. CUDA-graph scopes or the dispatcher, price one work once)."""
+
+    work: K.Work
+    n_quant: int  #: quantised GEMM inputs (FP8 / FP4 cast kernels of the launches)
+    n_lora: int  #: LoRA adapters of the layer
+    n_lora_attn: int  #: of them, on the attention linears
+    #: forward bytes one rank sends in the Mamba CP all-to-alls (:func:`moetune.perfmodel.comm.mamba_cp_bytes_per_layer`)
+    cp_a2a_bytes: float = 0.0
+
+
+@dataclass(eq=False)
 class LayerType:
     """Work of one decoder layer kind (fwd, one microbatch, one GPU). Compares by identity: a memo key of its
     prices (:func:`_price_layer`), shared read only."""
 
     key: tuple
-    work: dict[str, np.ndarray]
+    work: LayerWork  #: the compute work (shared by the layer types of equal work inputs)
     tp_bytes: float  # sum of full-tensor sizes of the forward AG/RS collectives
     cp_bytes: float
     a2a_intra: float  # per A2A (dispatch or combine), bytes sent by one rank
@@ -281,7 +296,7 @@ class LayerInputs(NamedTuple):
 def fused_grouped_mlp(model: ModelArch, arch: str, f: Features, etp: int) -> bool:
     """Whether the job's routed experts run TE's CuTeDSL fused grouped MLP (``Features.cutedsl_fused_grouped_mlp``
     where Transformer Engine actually fuses: :func:`moetune.perfmodel.compute.fused_grouped_mlp_runs`)."""
-    if not model.is_moe:
+    if not (f.cutedsl_fused_grouped_mlp and model.is_moe):  # not requested: never fused (fused_grouped_mlp_runs)
         return False
     return K.fused_grouped_mlp_runs(
         requested=f.cutedsl_fused_grouped_mlp, arch=arch, precision=f.precision, etp=etp,
@@ -301,23 +316,82 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                 ) -> LayerType:
     """Forward work of a decoder layer of kind (mixer, mlp) (one microbatch, one GPU): every layer of a kind has the
     same work (:func:`moetune.perfmodel.flops.layer_flops` depends on the kind only). ``kernels``:
-    ``kernels_per_layer`` of the efficiency constants."""
+    ``kernels_per_layer`` of the efficiency constants. The compute work: :func:`_layer_work` of the inputs it reads."""
     feat = inp
-    i = _first_layer(model, mixer, mlp)  # the layer the FLOPs are read from and the work rows are tagged with
     s, b = inp.seq_length, inp.micro_batch_size
     tp, cp, ep, etp = inp.tp, inp.cp, inp.ep, inp.etp
+    lw = _layer_work(model, mixer, mlp, quant, s, b, tp, cp, ep, etp, K.QUANT_BYTES[feat.precision],
+                     feat.tp_comm_overlap and feat.sequence_parallel and tp > 1, inp.expert_load,
+                     feat.apply_rope_fusion, feat.cp_comm_type == "p2p", feat.attention_backend == "unfused",
+                     inp.lora_targets, inp.lora_dim)
+    h = model.hidden_size
+    t_a = s * b / cp  # tokens per attention (TP) group on this rank's CP shard
+    t_gpu = t_a / tp  # SP-sharded tokens per GPU
+    k_top = float(model.moe_router_topk or 1)
+    E = float(model.num_moe_experts or 1)
+    load = inp.expert_load  # the hottest expert rank computes, receives and returns load x the mean tokens
+    hd = model.head_dim
+    # communication
+    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp, shared=bool(model.moe_shared_expert_intermediate_size)
+                                      and not inp.shared_expert_overlap)
+    tp_bytes = n_tp * t_a * h * C.BF16
+    if not feat.sequence_parallel and tp > 1:
+        tp_bytes *= 2  # all-reduce instead of AG/RS
+    cp_b = 0.0
+    if mixer in ("A", "W") and cp > 1:
+        kv_w = 2 * model.query_groups * hd / tp
+        if model.multi_latent_attention:
+            kv_w = model.num_attention_heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0)
+                                                + (model.v_head_dim or 0)) / tp
+        cp_b = C.cp_bytes_per_layer(t_a, kv_w, cp, feat.cp_comm_type)
+    intra = inter = 0.0
+    if mlp == "E":
+        # latent MoE (Nemotron-3 Super) dispatches the latent projection, not the hidden state
+        intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, inp.nvlink_domain,
+                                   feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
+        intra, inter = intra * load, inter * load
+    scopes = frozenset(feat.cuda_graph_scope)
+    graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
+    dropless = not feat.static_expert_shapes  # per-layer host sync of the expert token counts (perfmodel.host)
+    launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention,
+                                quant_gemms=lw.n_quant if quant else 0,
+                                scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
+                                kernels=kernels,
+                                shared=bool(model.moe_shared_expert_intermediate_size),
+                                tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1,
+                                local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
+                                permute_fusion=feat.moe_permute_fusion,
+                                unfused_attention=feat.attention_backend == "unfused",
+                                unfused_rope=not feat.apply_rope_fusion, ep_overlap=inp.ep_overlap,
+                                dispatcher=feat.moe_token_dispatcher_type,
+                                flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=lw.n_lora_attn,
+                                lora_mlp=lw.n_lora - lw.n_lora_attn,
+                                fused_grouped_mlp=inp.fused_grouped_mlp and quant)
+    return LayerType((mixer, mlp, quant), lw, tp_bytes, cp_b, intra, inter, mlp == "E", launches, lw.cp_a2a_bytes)
+
+
+@memo(maxsize=32768)
+def _layer_work(model: ModelArch, mixer: str, mlp: str, quant: bool, s: int, b: int, tp: int, cp: int, ep: int,
+                etp: int, qb: float, chunked: bool, load: float, rope_fusion: bool, cp_p2p: bool, unfused_attn: bool,
+                lora_targets: tuple[str, ...], lora_dim: int) -> LayerWork:
+    """Compute work of a decoder layer of kind (mixer, mlp) (:func:`_layer_type`), from what it reads of the job:
+    the batch shape ``s`` x ``b``, the mesh, ``qb`` (:data:`moetune.perfmodel.compute.QUANT_BYTES` of the precision),
+    ``chunked`` (TE userbuffers TP overlap: tp_comm_overlap with SP and TP > 1), ``load``
+    (:func:`moetune.perfmodel.routing.expert_load`), ``rope_fusion`` (apply_rope_fusion), ``cp_p2p``
+    (cp_comm_type p2p), ``unfused_attn`` (the unfused attention backend) and the LoRA targets and rank (() and 0
+    without LoRA)."""
+    i = _first_layer(model, mixer, mlp)  # the layer the FLOPs are read from and the work rows are tagged with
     h = model.hidden_size
     t_a = s * b / cp  # tokens per attention (TP) group on this rank's CP shard
     t_gpu = t_a / tp  # SP-sharded tokens per GPU
     comps = _layer_flops(model, i, s)
     wl = K.WorkList()
-    qb = K.QUANT_BYTES[feat.precision]
     k_top = float(model.moe_router_topk or 1)
     E = float(model.num_moe_experts or 1)
     up_frac = _mla_up_fraction(model) if mixer in ("A", "W") else 0.0
     # TE userbuffers TP overlap (ring exchange) runs each TP-sharded GEMM as TP chunks of t_a/TP rows
-    m_tp = t_a / tp if (feat.tp_comm_overlap and feat.sequence_parallel and tp > 1) else t_a
-    load = inp.expert_load  # the hottest expert rank computes, receives and returns load x the mean tokens
+    m_tp = t_a / tp if chunked else t_a
+    # load: the hottest expert rank computes, receives and returns load x the mean tokens
     cast_elems = 0.0
     n_quant = 0
     for name, f in comps.items():
@@ -362,9 +436,10 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         else:
             wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp, 1.0), h, quant=False, tag="other", layer=i)
     n_lora = n_lora_attn = 0
-    if inp.lora_targets:
-        _adapter_gemms(wl, model, mixer, mlp, inp, i, t_a * k_top * etp * load / tp)
-        adapters = lora_adapters(model, mixer, mlp, inp.lora_targets)
+    if lora_targets:
+        _adapter_gemms(wl, model, mixer, mlp, lora_targets, float(lora_dim), t_a, tp, etp, i,
+                       t_a * k_top * etp * load / tp)
+        adapters = lora_adapters(model, mixer, mlp, lora_targets)
         n_lora = len(adapters)
         n_lora_attn = sum(1 for a in adapters if a.module in ("linear_qkv", "linear_proj"))
     # memory-bound kernels (forward bytes on this GPU)
@@ -373,12 +448,12 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
         wl.mem(t_gpu * (K.norm_bytes(h) + K.residual_bytes(h)), tag="norm", layer=i)
     if mixer in ("A", "W"):
         qk = (model.num_attention_heads + model.query_groups) * hd
-        rope = K.rope_bytes if feat.apply_rope_fusion else K.unfused_rope_bytes
+        rope = K.rope_bytes if rope_fusion else K.unfused_rope_bytes
         wl.mem(t_a * rope(qk) / tp, tag="attn_proj", layer=i)
-        if cp > 1 and feat.cp_comm_type == "p2p":
+        if cp > 1 and cp_p2p:
             v_dim = float(model.v_head_dim or hd) if model.multi_latent_attention else float(hd)
             wl.mem(t_a * K.cp_correction_bytes(cp, model.num_attention_heads / tp * v_dim), tag="core_attn", layer=i)
-        if feat.attention_backend == "unfused":
+        if unfused_attn:
             # Megatron's unfused DotProductAttention materialises the scores: causal context ~ core FLOPs / (4·q)
             ctx = comps.get("core_attention", 0.0) / (4.0 * model.num_attention_heads * hd) * 2
             wl.mem(t_a * K.unfused_attention_bytes(model.num_attention_heads / tp, ctx), tag="core_attn", layer=i,
@@ -409,42 +484,7 @@ def _layer_type(model: ModelArch, mixer: str, mlp: str, quant: bool, inp: LayerI
                    tag="shared", layer=i)
     if quant and cast_elems:
         wl.mem(t_gpu * K.cast_bytes(cast_elems, qb), tag="other", layer=i)
-    # communication
-    n_tp = C.tp_collectives_per_layer(mixer, mlp, etp, tp, shared=bool(model.moe_shared_expert_intermediate_size)
-                                      and not inp.shared_expert_overlap)
-    tp_bytes = n_tp * t_a * h * C.BF16
-    if not feat.sequence_parallel and tp > 1:
-        tp_bytes *= 2  # all-reduce instead of AG/RS
-    cp_b = 0.0
-    if mixer in ("A", "W") and cp > 1:
-        kv_w = 2 * model.query_groups * hd / tp
-        if model.multi_latent_attention:
-            kv_w = model.num_attention_heads * ((model.qk_head_dim or 0) + (model.qk_pos_emb_head_dim or 0)
-                                                + (model.v_head_dim or 0)) / tp
-        cp_b = C.cp_bytes_per_layer(t_a, kv_w, cp, feat.cp_comm_type)
-    intra = inter = 0.0
-    if mlp == "E":
-        # latent MoE (Nemotron-3 Super) dispatches the latent projection, not the hidden state
-        intra, inter = C.a2a_bytes(t_gpu, float(model.moe_latent_size or h), k_top, ep, etp, inp.nvlink_domain,
-                                   feat.moe_token_dispatcher_type, feat.moe_flex_dispatcher_backend)
-        intra, inter = intra * load, inter * load
-    scopes = frozenset(feat.cuda_graph_scope)
-    graphs_on = feat.cuda_graph_impl != "none" and bool(scopes)
-    dropless = not feat.static_expert_shapes  # per-layer host sync of the expert token counts (perfmodel.host)
-    launches = H.layer_launches(mixer, mlp, mla=model.multi_latent_attention, quant_gemms=n_quant if quant else 0,
-                                scopes=scopes, graphs_on=graphs_on, dropless=dropless, ep=ep,
-                                kernels=kernels,
-                                shared=bool(model.moe_shared_expert_intermediate_size),
-                                tp_overlap_tp=tp if (feat.tp_comm_overlap and feat.sequence_parallel) else 1,
-                                local_experts=E / max(ep, 1), grouped_gemm=feat.moe_grouped_gemm,
-                                permute_fusion=feat.moe_permute_fusion,
-                                unfused_attention=feat.attention_backend == "unfused",
-                                unfused_rope=not feat.apply_rope_fusion, ep_overlap=inp.ep_overlap,
-                                dispatcher=feat.moe_token_dispatcher_type,
-                                flex_backend=feat.moe_flex_dispatcher_backend, lora_attn=n_lora_attn,
-                                lora_mlp=n_lora - n_lora_attn,
-                                fused_grouped_mlp=inp.fused_grouped_mlp and quant)
-    return LayerType((mixer, mlp, quant), wl.arrays(), tp_bytes, cp_b, intra, inter, mlp == "E", launches, mamba_cp)
+    return LayerWork(wl.rows(), n_quant, n_lora, n_lora_attn, mamba_cp)
 
 
 #: the base linears whose input dimension is split over TP (row-parallel: ``input_is_parallel`` in Bridge's adapter)
@@ -453,8 +493,8 @@ _ROW_PARALLEL = frozenset({"linear_proj", "linear_fc2"})
 _ADAPTER_TAG = {"linear_qkv": "attn_proj", "linear_proj": "attn_proj"}
 
 
-def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, inp: LayerInputs, layer: int,
-                   expert_rows: float) -> None:
+def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, targets: tuple[str, ...], r: float,
+                   t_a: float, tp: int, etp: int, layer: int, expert_rows: float) -> None:
     """Forward GEMMs of a layer's LoRA adapters (:func:`moetune.perfmodel.params.lora_adapters`), BF16, marked
     ``adapter`` (trainable: they keep wgrad when the base is frozen, :func:`_price`).
 
@@ -465,11 +505,10 @@ def _adapter_gemms(wl: K.WorkList, model: ModelArch, mixer: str, mlp: str, inp: 
     the routed experts' shared adapter (``share_expert_adapters``) on every token routed to the rank
     (``expert_rows``), split over ETP. At rank 16-32 each GEMM is bandwidth-bound (a 16-wide N or K): the roofline
     of :func:`moetune.perfmodel.compute.gemm_pass_seconds` prices it by the bytes it moves, i.e. by reading the
-    input activation once more (forward), and dX / X again (backward)."""
-    r = float(inp.lora_dim)
-    t_a = inp.seq_length * inp.micro_batch_size / inp.cp
-    for a in lora_adapters(model, mixer, mlp, inp.lora_targets):
-        split = float(inp.etp if a.expert else inp.tp)
+    input activation once more (forward), and dX / X again (backward). ``r``: the LoRA rank; ``t_a``: the TP group's
+    tokens on this rank's CP shard."""
+    for a in lora_adapters(model, mixer, mlp, targets):
+        split = float(etp if a.expert else tp)
         rows = expert_rows if a.expert else t_a
         tag = "experts" if a.expert else _ADAPTER_TAG.get(a.module, "shared" if mlp == "E" else "mlp")
         if a.module in _ROW_PARALLEL:
@@ -581,7 +620,7 @@ class ExtraWork:
     """Embedding / logits / loss work of a PP rank (one object per distinct value: prices of it are memoised on
     the object, which compares by identity)."""
 
-    work: dict[str, np.ndarray]
+    work: K.Work
 
 
 @memo(maxsize=8192)
@@ -600,14 +639,14 @@ def _extra_work(model: ModelArch, seq: int, mbs: int, cp: int, tp: int, emb: boo
         wl.gemm(t_a * f / tp, t_a, max(f / (2 * h) / tp / share, 1.0), h, quant=False, tag="logits", layer=-1)
         # logits written in BF16, fused cross-entropy reads them and writes FP32 grads
         wl.mem(t_a * share * vpad / tp * (2 * K.BF16_BYTES + 4.0), tag="logits", layer=-1)
-    return ExtraWork(wl.arrays())
+    return ExtraWork(wl.rows())
 
 
 @memo(maxsize=16384)
 def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bool, bf16_layers: frozenset[int],
-                 kernels: FrozenMap) -> tuple[tuple[StageWork, ...], tuple[tuple[int, bool], ...]]:
+                 kernels: FrozenMap) -> tuple[StageWork, ...]:
     """Per-PP-rank work of :func:`build_profile` that no feature changes (layer kinds and counts, embedding / logits /
-    loss work, local params), and the (first layer index, quantised) of each layer kind in first-seen order.
+    loss work, local params).
 
     The planner prices many feature variants of one layout. The returned StageWork objects are shared and read
     only."""
@@ -617,7 +656,7 @@ def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
     vpad = model.padded_vocab_size(tp)
     stages: list[StageWork] = []
     same: dict[tuple, StageWork] = {}
-    ranks, first = _stage_kinds(model, split.layers, split.mtp, quant_on, bf16_layers)
+    ranks, _ = _stage_kinds(model, split.layers, split.mtp, quant_on, bf16_layers)
     for p, (counts, n_layers, dense_p, exp_p) in enumerate(ranks):
         emb, loss = split.embedding[p], split.loss[p]
         st = StageWork()
@@ -640,7 +679,7 @@ def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
         # ranks with the same content share one object (evaluate prices each distinct object once)
         sig = (tuple(st.layer_counts.items()), emb, loss, st.layers, kern, st.dense_params, st.expert_params)
         stages.append(same.setdefault(sig, st))
-    return tuple(stages), first
+    return tuple(stages)
 
 
 @memo(maxsize=16384)
@@ -665,25 +704,32 @@ def _stage_kinds(model: ModelArch, split: tuple[tuple[int, ...], ...], mtp: tupl
 
 @memo(maxsize=16384)
 def _layout_work(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bool, bf16_layers: frozenset[int],
-                 kernels: FrozenMap
-                 ) -> tuple[PipelineSplit, float, tuple[StageWork, ...], tuple[tuple[int, bool], ...]]:
+                 kernels: FrozenMap) -> tuple[PipelineSplit, float, tuple[StageWork, ...]]:
     """What :func:`build_profile` reads of a layout, in one lookup: its pipeline split (:func:`_pipeline_split`), the
-    model FLOPs per token (:func:`_total_flops`) and the stage works and layer kinds (:func:`_stage_works`)."""
+    model FLOPs per token (:func:`_total_flops`) and the stage works (:func:`_stage_works`)."""
     split = _pipeline_split(model, split_fields(lay), seq, lay.tp)
     total = _total_flops(model, seq, lay.tp)
-    stages, first_kinds = _stage_works(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
-    return split, total, stages, first_kinds
+    return split, total, _stage_works(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
+
+
+@memo(maxsize=4096)
+def _model_kinds(model: ModelArch, quant_on: bool, bf16_layers: frozenset[int]) -> tuple[tuple[int, bool], ...]:
+    """(first layer index, quantised) of each decoder-layer kind of the model, in layer order (:func:`_stage_kinds`
+    of one rank holding every layer). These are the kinds of every pipeline split: a split places each decoder layer
+    on one rank, and an MTP layer is a copy of the last decoder layer, of that layer's kind (:func:`_stage_summary`);
+    so a profile's layer kinds do not depend on its layout (tests/test_step_fastpath.py)."""
+    return _stage_kinds(model, (tuple(range(model.num_layers)),), (0,), quant_on, bf16_layers)[1]
 
 
 @memo(maxsize=32768)
-def _layer_types(model: ModelArch, first_kinds: tuple[tuple[int, bool], ...], feat: Features, seq: int, mbs: int,
+def _layer_types(model: ModelArch, quant_on: bool, bf16_layers: frozenset[int], feat: Features, seq: int, mbs: int,
                  tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, kernels: FrozenMap, fused_mlp: bool = False
                  ) -> dict[tuple, LayerType]:
-    """{LayerType.key: work} of the layer kinds ``first_kinds`` (:func:`_layer_type` of the job's
-    :class:`LayerInputs`); read only."""
+    """{LayerType.key: work} of the model's layer kinds (:func:`_model_kinds`; :func:`_layer_type` of the job's
+    :class:`LayerInputs`), the same for every layout of a mesh, batch shape and features; read only."""
     inp = LayerInputs.of_fields(seq, mbs, tp, cp, ep, etp, nvlink_domain, feat, fused_mlp)
     types: dict[tuple, LayerType] = {}
-    for i, quant in first_kinds:
+    for i, quant in _model_kinds(model, quant_on, bf16_layers):
         lt = _layer_type(model, model.mixer_pattern[i], model.mlp_pattern[i], quant, inp, kernels)
         types[lt.key] = lt
     return types
@@ -732,39 +778,62 @@ def quantised_layers(model: ModelArch, feat: Features) -> tuple[bool, frozenset[
     return quant_on, bf16_layers
 
 
+class LayerKinds(NamedTuple):
+    """The layer kinds of a job and what pricing them reads (:func:`_layer_prices`): the part of a :class:`Profile`
+    that does not depend on the pipeline split (beyond the first rank's layers and VPP of a full recompute). Field
+    names as in :class:`Profile`."""
+
+    job: Job
+    types: dict[tuple, LayerType]
+    recompute_frac: dict[int, float]
+    recompute_a2a: float
+    full_recompute_frac: float
+    quant_bytes: float
+    pcls: str
+    offload_bytes: tuple[float, ...]
+    fg_offload: dict[tuple[str, str], float]
+    notes: tuple[str, ...]  #: the recompute selection's and the fused grouped MLP's assumptions
+
+
+def _layer_kinds(job: Job, eff: Efficiency, split: PipelineSplit, quant: tuple[bool, frozenset[int]]) -> LayerKinds:
+    """:class:`LayerKinds` of ``job`` with pipeline split ``split`` and :func:`quantised_layers` ``quant``: the layer
+    kinds' work (:func:`_layer_types`) and the recompute selection (:func:`recompute_selection`), memoised on what
+    they read, and the offloaded bytes."""
+    model, lay, feat = job.model, job.layout, job.features
+    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
+    types = _layer_types(model, *quant, feat, job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep,
+                         lay.expert_tp, job.system.nvlink_domain, eff.kernels, fused_mlp)
+    rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), split.vpp)
+    if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
+        notes = (*notes, "cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
+                         "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
+                         "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
+    return LayerKinds(job, types, rf, rec_a2a, full_frac, K.QUANT_BYTES[feat.precision],
+                      K.precision_class(feat.precision, job.system.gpu.arch), cpu_offloaded_layer_bytes(job),
+                      fine_grained_offloaded_bytes(job), notes)
+
+
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
     """Work of every pipeline stage of ``job`` for one microbatch (see module doc). The layout's part
-    (:func:`_layout_work`), the layer kinds' work (:func:`_layer_types`) and the recompute selection
-    (:func:`recompute_selection`) are memoised on what they read."""
+    (:func:`_layout_work`) and the layer kinds' part (:func:`_layer_kinds`) are memoised on what they read."""
     eff = eff or default_efficiency()
     model, lay, feat = job.model, job.layout, job.features
     seq, mbs = job.seq_length, job.micro_batch_size
-    quant_on, bf16_layers = quantised_layers(model, feat)
-    kernels = eff.kernels
-    split, total, stages, first_kinds = _layout_work(model, lay, seq, mbs, quant_on, bf16_layers, kernels)
-    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes,
-                              *task_assumptions(feat)]
-    v = split.vpp
-    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
-    types = _layer_types(model, first_kinds, feat, seq, mbs, lay.tp, lay.cp, lay.ep, lay.expert_tp,
-                         job.system.nvlink_domain, kernels, fused_mlp)
-    rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), v)
-    assumptions.extend(notes)
-    if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
-        assumptions.append("cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
-                           "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
-                           "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
+    quant = quantised_layers(model, feat)
+    split, total, stages = _layout_work(model, lay, seq, mbs, *quant, eff.kernels)
+    kinds = _layer_kinds(job, eff, split, quant)
+    assumptions: list[str] = [*job.assumptions, *job.model.approximations, *split.notes, *task_assumptions(feat),
+                              *kinds.notes]
     # PP send/recv of one microbatch's activations at a stage boundary
     t_a, tp, h = seq * mbs / lay.cp, lay.tp, model.hidden_size
     pp_bytes = t_a / (tp if feat.sequence_parallel else 1) * h * C.BF16
     pp_cross = lay.pp > 1 and (job.gpus // lay.pp) >= job.system.nvlink_domain
     m = max(job.num_microbatches, 1)
-    pcls = K.precision_class(feat.precision, job.system.gpu.arch)
     if feat.task == "lora":  # the model FLOPs reported (TFLOP/s/GPU) as Bridge counts a LoRA job
         total = _task_flops(model, seq, lay.tp, feat.task)
-    return Profile(job, types, list(stages), m, lay.pp, v, total, rf, rec_a2a, full_frac, assumptions, pp_bytes,
-                   pp_cross, K.QUANT_BYTES[feat.precision], pcls, cpu_offloaded_layer_bytes(job),
-                   fine_grained_offloaded_bytes(job))
+    return Profile(job, kinds.types, list(stages), m, lay.pp, split.vpp, total, kinds.recompute_frac,
+                   kinds.recompute_a2a, kinds.full_recompute_frac, assumptions, pp_bytes, pp_cross, kinds.quant_bytes,
+                   kinds.pcls, kinds.offload_bytes, kinds.fg_offload)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -772,40 +841,61 @@ def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
 # ------------------------------------------------------------------------------------------------------------
 
 
-def _price(work: dict[str, np.ndarray], r: Rates | ComputeRates, rf: dict[int, float], full_frac: float
+def _price(work: K.Work, r: Rates | ComputeRates, rf: dict[int, float], full_frac: float
            ) -> tuple[float, float, float, float, float, float]:
     """(a third of the fwd + bwd gemm s, fwd attn s, fwd mem s, recompute fwd s, a third of the fwd + bwd gemm s of
     TP-sharded kinds, of MoE experts). GEMMs are priced per pass (forward, dgrad, wgrad with the main-gradient
-    accumulation, :func:`compute.gemm_pass_seconds`), the rest by the 3x-forward convention of the callers."""
-    gf = work["g_flops"]
-    if gf.size:
-        kw = dict(peak_quant_tflops=r.peak_quant, eff_quant=r.eff_quant, peak_bf16_tflops=r.peak_bf16,
-                  eff_bf16=r.eff_bf16, knee=r.knee, hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, quant_bytes=r.quant_bytes)
-        args = (gf, work["g_m"], work["g_n"], work["g_k"], work["g_groups"], work["g_quant"])
-        # LoRA: the frozen base GEMMs skip wgrad, the adapters' GEMMs keep it (compute.gemm_pass_seconds)
-        wgrad = work.get("g_adapter", False) if r.frozen_base else True
-        tg, tb = K.gemm_pass_seconds(*args, **kw, grad_accum_bytes=r.grad_accum_bytes, wgrad=wgrad)
-        tfb = (tg + tb) / 3.0
-    else:
-        tg = tfb = gf
-    ta = K.attention_seconds(work["a_flops"], peak_bf16_tflops=r.peak_bf16, eff=r.attn_eff)
-    te = K.memory_seconds(work["e_bytes"], hbm_gbs=r.hbm_gbs, hbm_eff=r.hbm_eff, stream=work.get("e_stream"),
-                          stream_eff=r.hbm_stream_eff)
-    g, a, e = float(tg.sum()), float(ta.sum()), float(te.sum())
-    g_fb = float(tfb.sum())
+    accumulation, :func:`compute.gemm_row_seconds`), the rest by the 3x-forward convention of the callers.
+
+    Each row in plain floats and each total as ``np.sum`` of the rows' array (:func:`compute.pairwise_sum`): the
+    numbers of pricing the work's columns with numpy (tests/test_step_fastpath.py). A zero rate prices the rows as
+    numpy float64 values instead, which give numpy's inf / NaN where plain floats would raise."""
+    try:
+        return _price_rows(work, r, rf, full_frac)
+    except ZeroDivisionError:
+        f64 = np.float64
+        return _price_rows(K.Work(tuple((f64(f), f64(m), f64(n), f64(k), f64(g), *rest)
+                                        for f, m, n, k, g, *rest in work.gemms),
+                                  tuple((f64(f), tag) for f, tag in work.attn),
+                                  tuple((f64(b), *rest) for b, *rest in work.mem)), r, rf, full_frac)
+
+
+def _price_rows(work: K.Work, r: Rates | ComputeRates, rf: dict[int, float], full_frac: float
+                ) -> tuple[float, float, float, float, float, float]:
+    """:func:`_price` of the rows' numbers as they are (floats, or np.float64 for numpy's division by zero)."""
+    sum_ = K.pairwise_sum
+    gemm_row, attn_s, mem_s = K.gemm_row_seconds, K.attention_seconds, K.memory_seconds
+    rates = (r.peak_quant, r.eff_quant, r.peak_bf16, r.eff_bf16, r.knee, r.hbm_gbs, r.hbm_eff, r.quant_bytes,
+             r.grad_accum_bytes)  # gemm_row_seconds' rates, in its order
+    frozen = r.frozen_base  # LoRA: the frozen base GEMMs skip wgrad, the adapters' GEMMs keep it
+    tg: list[float] = []
+    tfb: list[float] = []
+    g_tags: list[int] = []
+    for flops, m, n, k, groups, quant, tag, adapter in work.gemms:
+        fwd, bwd = gemm_row(flops, m, n, k, groups, quant, *rates, adapter or not frozen)
+        tg.append(fwd)
+        tfb.append((fwd + bwd) / 3.0)
+        g_tags.append(tag)
+    peak, attn_eff = r.peak_bf16, r.attn_eff
+    ta = [attn_s(f, peak, attn_eff) for f, _ in work.attn]
+    hbm, hbm_eff, stream_eff = r.hbm_gbs, r.hbm_eff, r.hbm_stream_eff
+    te = [mem_s(b, hbm, hbm_eff, stream, stream_eff) for b, _, stream in work.mem]
+    g, a, e = float(sum_(tg)), float(sum_(ta)), float(sum_(te))
+    g_fb = float(sum_(tfb))
     rec = 0.0
     if full_frac > 0:
         rec = full_frac * (g + a + e)
     elif rf:
         for tag, frac in rf.items():
-            if tg.size:
-                rec += frac * float(tg[work["g_tag"] == tag].sum())
-            if ta.size:
-                rec += frac * float(ta[work["a_tag"] == tag].sum())
-            if te.size:
-                rec += frac * float(te[work["e_tag"] == tag].sum())
-    tp_kinds = float(tfb[work["g_tag"] != K.TAG["experts"]].sum()) if tg.size else 0.0
-    exp = float(tfb[work["g_tag"] == K.TAG["experts"]].sum()) if tg.size else 0.0
+            if tg:
+                rec += frac * float(sum_([t for t, x in zip(tg, g_tags) if x == tag]))
+            if ta:
+                rec += frac * float(sum_([t for t, (_, x) in zip(ta, work.attn) if x == tag]))
+            if te:
+                rec += frac * float(sum_([t for t, (_, x, _) in zip(te, work.mem) if x == tag]))
+    experts = K.TAG["experts"]
+    tp_kinds = float(sum_([t for t, x in zip(tfb, g_tags) if x != experts])) if tg else 0.0
+    exp = float(sum_([t for t, x in zip(tfb, g_tags) if x == experts])) if tg else 0.0
     return g_fb, a, e, rec, tp_kinds, exp
 
 
@@ -884,9 +974,8 @@ def _rates_of(system: System, eff: Efficiency, pcls: str, qb: float, ep: int, et
     )
 
 
-class PriceInputs(NamedTuple):
-    """Everything :func:`_price_layer` reads besides the layer work: the rates, the recompute selection, the TP / CP
-    mesh and bandwidths, TP-overlap settings and the host constants (its memo key)."""
+class _PriceFields(NamedTuple):
+    """The fields of :class:`PriceInputs`."""
 
     rates: Rates
     recompute_frac: tuple[tuple[int, float], ...]
@@ -908,6 +997,23 @@ class PriceInputs(NamedTuple):
     host_sync_us: float
 
 
+class PriceInputs(_PriceFields):
+    """Everything :func:`_price_layer` reads besides the layer work: the rates, the recompute selection, the TP / CP
+    mesh and bandwidths, TP-overlap settings and the host constants (its memo key). Its hash is computed once (as
+    :class:`moetune.memo.HashedTuple`'s): a tuple re-hashes its ~40 numbers, the rates' included, on every lookup,
+    and evaluate looks one price up per layer kind."""
+
+    def __hash__(self) -> int:
+        d = self.__dict__
+        h = d.get("_hash")
+        if h is None:
+            h = d["_hash"] = tuple.__hash__(self)
+        return h
+
+    def __reduce__(self):
+        return (PriceInputs._make, (tuple(self),))
+
+
 @dataclass(frozen=True, slots=True)
 class LayerPrice:
     """Seconds of one layer kind for one microbatch (fwd + bwd unless noted)."""
@@ -924,13 +1030,16 @@ class LayerPrice:
     host: float  #: host launch time
     sync: float  #: host syncs (dropless dispatch)
     rec_a2a: float = 0.0  #: the recomputed EP dispatch/combines included in ``rec`` (full or ``moe`` recompute)
+    #: :func:`layer_host_gap` of this price without EP overlap at its rates' ``host_queue_sharpness`` (set by
+    #: :func:`_price_layer`: every evaluation of a stage without EP overlap reads it)
+    gap: float = 0.0
 
 
 @memo(maxsize=65536)
 def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
     """Price of one layer type (:func:`_price` plus its communication and host time); read only."""
     r = q.rates
-    g, a, e, rec, g_tp, g_exp = _price(lt.work, r, dict(q.recompute_frac), q.full_recompute_frac)
+    g, a, e, rec, g_tp, g_exp = _price_work(lt.work, compute_rates(r), q.recompute_frac, q.full_recompute_frac)
     comp = 3 * (g + a + e)  # fwd + bwd (dgrad + wgrad ≈ 2× fwd; attention bwd counted as 2× fwd FLOPs)
     tp_comm = 2 * C.ring_seconds(lt.tp_bytes, q.tp, q.tp_busbw) if q.tp > 1 else 0.0
     tp_exp = S.tp_exposed(tp_comm, 3 * g_tp, overlap=q.tp_overlap, splits=q.tp_overlap_splits,
@@ -945,11 +1054,21 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
     rec_a2a = q.recompute_a2a * a2a_one
     if q.full_recompute_frac > 0 and lt.is_moe:
         rec_a2a = 2 * a2a_one * q.full_recompute_frac
-    return LayerPrice(comp=comp, gemm=3 * g, attn=3 * a, mem=3 * e, rec=rec + rec_a2a, tp=tp_exp, cp=cp_exp,
-                      a2a=4 * a2a_one, exp=3 * g_exp,
-                      host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
-                                          native_us=q.native_launch_us),
-                      sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
+    p = LayerPrice(comp=comp, gemm=3 * g, attn=3 * a, mem=3 * e, rec=rec + rec_a2a, tp=tp_exp, cp=cp_exp,
+                   a2a=4 * a2a_one, exp=3 * g_exp,
+                   host=H.host_seconds(lt.launches, launch_us=r.launch_us, graph_launch_us=q.graph_launch_us,
+                                       native_us=q.native_launch_us),
+                   sync=lt.launches.syncs * q.host_sync_us * 1e-6, rec_a2a=rec_a2a)
+    object.__setattr__(p, "gap", layer_host_gap(p, False, r.host_queue_sharpness))  # frozen: set once, here
+    return p
+
+
+@memo(maxsize=65536)
+def _price_work(lw: LayerWork, cr: ComputeRates, recompute_frac: tuple[tuple[int, float], ...], full_recompute_frac: float
+                ) -> tuple[float, float, float, float, float, float]:
+    """:func:`_price` of a layer kind's compute work with the compute rates of :class:`Rates` (the only ones it
+    reads), memoised: layer types of equal work (:class:`LayerWork`) share one price; read only."""
+    return _price(lw.work, cr, dict(recompute_frac), full_recompute_frac)
 
 
 class ComputeRates(NamedTuple):
@@ -1019,7 +1138,7 @@ class StepWalls:
     schedule: tuple[int, int, int]  #: (microbatches, PP, VPP)
 
 
-def _layer_prices(prof: Profile, eff: Efficiency) -> tuple[Rates, float, dict[tuple, LayerPrice]]:
+def _layer_prices(prof: Profile | LayerKinds, eff: Efficiency) -> tuple[Rates, float, dict[tuple, LayerPrice]]:
     """The rates of a profile's job, the SM share of its flex dispatcher and the price of each of its layer kinds
     (:func:`_price_layer`): the first part of :func:`evaluate`, shared with :func:`stage_a2a_seconds`."""
     job = prof.job
@@ -1117,6 +1236,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     delay_wgrad = feat.delay_wgrad_compute
     sharp = r.host_queue_sharpness
     host_exposed = H.host_exposed
+    cr = compute_rates(r)  # the non-layer work's price reads these (_price_extra)
     # per stage: (compute, recompute, comm_tp, comm_cp, comm_ep, host, gemm, attn, mem, EP dispatch/combine before
     # any hiding (not a wall; for the planner's bounds), per-microbatch seconds, the variant-invariant floor, the
     # offload wall, the recomputed dispatch/combines inside recompute and the largest EP-overlap partner (planner
@@ -1133,6 +1253,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         host_gap = extra_host = 0.0
         for key, n in st.layer_counts.items():
             p = priced[key]
+            host_gap += n * p.gap  # the host gaps without EP overlap (recomputed below with it)
             comp += n * p.comp
             gemm += n * p.gemm
             attn += n * p.attn
@@ -1145,7 +1266,7 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
         a2a_tot = _stage_a2a(st, priced)
         layers_s = comp + ctp + ccp  # the decoder layers' fwd + bwd (the offload copies hide behind them)
         if st.extra is not None:
-            g, a, e = _price_extra(st.extra, r)
+            g, a, e = _price_extra_of(st.extra, cr)
             comp += 3 * (g + a + e)
             gemm += 3 * g
             mem += 3 * e
@@ -1159,9 +1280,11 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
             # compute that runs next to the flex dispatcher loses its SMs for the hidden time
             ep_exp += S.sm_contention(a2a_tot - ep_exp, sm_frac)
         # the host enqueues ahead behind the device time of the layers, exposed dispatch/combine included
-        frac = ep_exp / a2a_tot if ep_overlap and a2a_tot > 0 else 0.0
-        for key, n in st.layer_counts.items():
-            host_gap += n * layer_host_gap(priced[key], ep_overlap, sharp, frac)
+        if ep_overlap:
+            frac = ep_exp / a2a_tot if a2a_tot > 0 else 0.0
+            host_gap = 0.0
+            for key, n in st.layer_counts.items():
+                host_gap += n * layer_host_gap(priced[key], ep_overlap, sharp, frac)
         host_gap += extra_host
         # layer-level CPU offloading (PP 1): host copies longer than the layer they hide behind
         off_exp = (S.offload_exposed(prof.offload_bytes, _host_copy_gbs(job), layers_s / st.layers,
@@ -1424,12 +1547,16 @@ def estimate_time(job: Job, efficiency: Efficiency | str | Path | None = None) -
 # ------------------------------------------------------------------------------------------------------------
 
 
-def job_layer_prices(job: Job, eff: Efficiency) -> tuple[Profile, Rates, dict[tuple, LayerPrice], float]:
-    """The profile of ``job`` (:func:`build_profile`), its rates, the price of each of its layer kinds and the SM
-    share of its dispatcher's kernels (:func:`_layer_prices`), as :func:`evaluate` reads them."""
-    prof = build_profile(job, eff)
-    r, sm_frac, priced = _layer_prices(prof, eff)
-    return prof, r, priced, sm_frac
+def job_layer_prices(job: Job, eff: Efficiency) -> tuple[LayerKinds, Rates, dict[tuple, LayerPrice], float]:
+    """The layer kinds of ``job`` (:func:`_layer_kinds`, the fields of :func:`build_profile`'s profile that do not
+    depend on the stage works), its rates, the price of each of its layer kinds and the SM share of its dispatcher's
+    kernels (:func:`_layer_prices`), as :func:`evaluate` reads them; without the stage works of the layout, which
+    the planner's group bound does not read (most of its representatives' layouts are never priced)."""
+    lay = job.layout
+    kinds = _layer_kinds(job, eff, _pipeline_split(job.model, split_fields(lay), job.seq_length, lay.tp),
+                         quantised_layers(job.model, job.features))
+    r, sm_frac, priced = _layer_prices(kinds, eff)
+    return kinds, r, priced, sm_frac
 
 
 def pipeline_split(model: ModelArch, lay: Layout, seq: int) -> PipelineSplit:
