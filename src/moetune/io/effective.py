@@ -341,12 +341,10 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
     user_model = set(model)
 
     # defaults (MCore dataclass defaults, MLM argparse defaults for MLM input)
-    defaults = dict(MODEL_DEFAULTS)
-    if frontend == "megatron-lm":
-        defaults.update(MLM_MODEL_DEFAULTS)
+    defaults = {**MODEL_DEFAULTS, **MLM_MODEL_DEFAULTS} if frontend == "megatron-lm" else MODEL_DEFAULTS
     for k, v in defaults.items():
         if k not in model:  # setdefault would deep-copy every default, present or not (the planner's hot path)
-            model[k] = copy_config(v)
+            model[k] = v if type(v) in _ATOMIC else copy_config(v)  # copy_config's own first test, inline
     for sec, dd in (("ddp", DDP_DEFAULTS), ("optimizer", OPTIMIZER_DEFAULTS), ("dist", DIST_DEFAULTS),
                     ("rng", RNG_DEFAULTS), ("rerun_state_machine", RERUN_DEFAULTS), ("train", TRAIN_DEFAULTS)):
         for k, v in dd.items():

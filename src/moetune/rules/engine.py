@@ -233,10 +233,34 @@ def rule(id: str, area: str, severity: str, stage: str, fields: Iterable[str], w
     return r
 
 
+class _once:  # noqa: N801 - used as a decorator, like ``property``
+    """A :class:`Ctx` property computed on its first read and kept in the instance ``__dict__``, which shadows this
+    non-data descriptor from then on (``functools.cached_property`` without its lock). A context is built per check
+    and nothing changes the config or environment it reads while the rules run, so every later read would compute
+    the same value; a read that raises stores nothing and raises again on the next read."""
+
+    def __init__(self, f: Callable[[Any], Any]):
+        self.f = f
+        self.name = f.__name__
+        self.__doc__ = f.__doc__
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return self
+        v = obj.__dict__[self.name] = self.f(obj)
+        return v
+
+
+_ABSENT: Any = object()
+
+
 class Ctx:
-    """Read access to the effective config and environment for rule conditions."""
+    """Read access to the effective config and environment for rule conditions. The config and environment are
+    read-only while the rules run, so the scalar properties (:class:`_once`) and :meth:`get` keep what they read."""
 
     def __init__(self, eff: dict, env: Env, raw: dict | None = None):
+        self._got: dict[str, Any] = {}  # path -> value read from eff (:meth:`get`)
+        self._raw_got: dict[str, Any] = {}  # path -> value read from raw (:meth:`raw_get`)
         self.eff = eff
         self.env = env
         self.raw = raw if raw is not None else eff
@@ -247,61 +271,73 @@ class Ctx:
 
     # --- plain access -------------------------------------------------------------------------------------
     def get(self, path: str, default: Any = None) -> Any:
-        return get_path(self.eff, path, default)
+        got = self._got
+        v = got.get(path, got)  # :meth:`_read`, inline: the rules call this ~150 times per check
+        if v is got:
+            v = got[path] = get_path(self.eff, path, _ABSENT)
+        return default if v is _ABSENT else v
 
     def m(self, name: str, default: Any = None) -> Any:
         v = self.model.get(name, default)
         return default if v is None and default is not None else v
 
     def raw_get(self, path: str, default: Any = None) -> Any:
-        return get_path(self.raw, path, default)
+        v = self._read(self._raw_got, self.raw, path)
+        return default if v is _ABSENT else v
 
     def raw_has(self, path: str) -> bool:
-        sentinel = object()
-        return get_path(self.raw, path, sentinel) is not sentinel
+        return self._read(self._raw_got, self.raw, path) is not _ABSENT
 
-    @property
+    @staticmethod
+    def _read(got: dict[str, Any], cfg: dict, path: str) -> Any:
+        """``get_path(cfg, path)``, :data:`_ABSENT` where the path is missing, kept in ``got`` for the next read."""
+        v = got.get(path, got)
+        if v is got:
+            v = got[path] = get_path(cfg, path, _ABSENT)
+        return v
+
+    @_once
     def bridge(self) -> bool:
         return self.frontend == "bridge"
 
     # --- parallel sizes -----------------------------------------------------------------------------------
-    @property
+    @_once
     def tp(self) -> int:
         return int(self.m("tensor_model_parallel_size", 1) or 1)
 
-    @property
+    @_once
     def pp(self) -> int:
         return int(self.m("pipeline_model_parallel_size", 1) or 1)
 
-    @property
+    @_once
     def vpp(self) -> int | None:
         return self.m("virtual_pipeline_model_parallel_size")
 
-    @property
+    @_once
     def cp(self) -> int:
         return int(self.m("context_parallel_size", 1) or 1)
 
-    @property
+    @_once
     def ep(self) -> int:
         return int(self.m("expert_model_parallel_size", 1) or 1)
 
-    @property
+    @_once
     def etp(self) -> int:
         v = self.m("expert_tensor_parallel_size")
         return int(v) if v is not None else self.tp
 
-    @property
+    @_once
     def W(self) -> Any:  # noqa: N802
         return self.env.gpus if self.env.gpus else UNKNOWN
 
-    @property
+    @_once
     def dp(self) -> Any:
         W = self.W
         if W is UNKNOWN:
             return UNKNOWN
         return W // (self.tp * self.pp * self.cp) if W % (self.tp * self.pp * self.cp) == 0 else UNKNOWN
 
-    @property
+    @_once
     def edp(self) -> Any:
         W = self.W
         if W is UNKNOWN:
@@ -309,15 +345,15 @@ class Ctx:
         d = self.etp * self.ep * self.pp
         return W // d if W % d == 0 else UNKNOWN
 
-    @property
+    @_once
     def mbs(self) -> int:
         return int(self.get("train.micro_batch_size", 1) or 1)
 
-    @property
+    @_once
     def gbs(self) -> int | None:
         return self.get("train.global_batch_size")
 
-    @property
+    @_once
     def nmb(self) -> Any:
         dp, gbs = self.dp, self.gbs
         if dp is UNKNOWN or gbs is None:
@@ -325,7 +361,7 @@ class Ctx:
         return gbs // (self.mbs * dp)
 
     # --- model shape --------------------------------------------------------------------------------------
-    @property
+    @_once
     def num_experts(self) -> int | None:
         return self.m("num_moe_experts")
 
@@ -333,17 +369,17 @@ class Ctx:
     def meta(self) -> dict:
         return self.eff.get("_meta") or {}
 
-    @property
+    @_once
     def arch_known(self) -> bool:
         """False when the architecture comes from a Hugging Face config at run time (recipes without provider
         values): arch-dependent rules then skip fields that are None instead of judging MCore defaults."""
         return not self.meta.get("arch_unknown", False)
 
-    @property
+    @_once
     def is_moe(self) -> bool:
         return self.num_experts is not None or bool(self.meta.get("moe"))
 
-    @property
+    @_once
     def num_layers(self) -> int | None:
         return self.m("num_layers")
 
@@ -358,30 +394,30 @@ class Ctx:
             return [int(x) for x in f]
         return None
 
-    @property
+    @_once
     def all_layers_moe(self) -> bool:
         flags = self.moe_layer_flags()
         return bool(flags) and all(flags)
 
-    @property
+    @_once
     def has_dense_mlp(self) -> bool:
         flags = self.moe_layer_flags()
         return not self.is_moe or (flags is not None and not all(flags))
 
-    @property
+    @_once
     def has_shared_experts(self) -> bool:
         v = self.m("moe_shared_expert_intermediate_size")
         return self.is_moe and v is not None and v > 0
 
-    @property
+    @_once
     def dispatcher(self) -> str:
         return self.m("moe_token_dispatcher_type", "allgather")
 
-    @property
+    @_once
     def flex_backend(self) -> str | None:
         return self.m("moe_flex_dispatcher_backend") if self.dispatcher == "flex" else None
 
-    @property
+    @_once
     def ep_overlap(self) -> bool:
         return bool(self.m("overlap_moe_expert_parallel_comm"))
 
@@ -392,7 +428,7 @@ class Ctx:
             return []
         return list(self.m("recompute_modules") or [])
 
-    @property
+    @_once
     def cg_impl(self) -> str:
         return self.m("cuda_graph_impl", "none") or "none"
 
@@ -401,35 +437,35 @@ class Ctx:
         v = self.m("cuda_graph_modules") or []
         return [v] if isinstance(v, str) else list(v)
 
-    @property
+    @_once
     def per_layer_graph(self) -> bool:
         return self.cg_impl in ("local", "transformer_engine")
 
-    @property
+    @_once
     def te_graph(self) -> bool:
         return self.cg_impl == "transformer_engine"
 
-    @property
+    @_once
     def full_iter_graph(self) -> bool:
         return self.cg_impl == "full_iteration"
 
-    @property
+    @_once
     def fp8(self) -> Any:
         return self.m("fp8")
 
-    @property
+    @_once
     def fp4(self) -> Any:
         return self.m("fp4")
 
-    @property
+    @_once
     def fsdp(self) -> bool:
         return bool(self.get("dist.use_megatron_fsdp") or self.get("ddp.use_megatron_fsdp"))
 
-    @property
+    @_once
     def fsdp_version(self) -> int:
         return int(self.get("ddp.megatron_fsdp_version", 1) or 1)
 
-    @property
+    @_once
     def dist_opt(self) -> bool:
         return bool(self.get("ddp.use_distributed_optimizer") or self.get("optimizer.use_distributed_optimizer"))
 
@@ -455,7 +491,7 @@ class Ctx:
     def mcore_below(self, v: str) -> Any:
         return self._below(self.env.mcore, v)
 
-    @property
+    @_once
     def gpu(self) -> str | None:
         return self.env.gpu
 
@@ -519,8 +555,9 @@ def public_effective(eff: dict) -> dict:
 
 def evaluate(rules: Iterable[Rule], ctx: Ctx) -> list[Finding]:
     out: list[Finding] = []
+    frontend = ctx.frontend
     for r in rules:
-        if ctx.frontend not in r.frontends:
+        if frontend not in r.frontends:
             continue
         try:
             verdict = r.when(ctx)
@@ -529,9 +566,7 @@ def evaluate(rules: Iterable[Rule], ctx: Ctx) -> list[Finding]:
         except (TypeError, ValueError, ZeroDivisionError, KeyError, AttributeError):
             # a malformed value the rule cannot interpret: the type/value rules report it; do not crash
             continue
-        if verdict is UNKNOWN:
-            pass
-        elif not verdict:
+        if verdict is not UNKNOWN and not verdict:
             continue
         vals = {f: ctx.value(f) for f in r.fields}
         shown = ", ".join(f"{k}={_fmt(v)}" for k, v in vals.items())

@@ -17,14 +17,14 @@ from moetune.spec.pipeline import even_split_error, layout_contents_error, parse
 A = "parallel"
 
 
-def _pp_layout_stages(c: Ctx) -> list[list[str]] | None:
-    """Stages of ``pipeline_model_parallel_layout`` (string or Bridge list form) via
+def _stage_count(c: Ctx) -> int | None:
+    """Number of stages of ``pipeline_model_parallel_layout`` (string or Bridge list form) via
     :func:`moetune.spec.pipeline.parse_pipeline_layout`; None when unset or unparseable (PAR-032 reports that)."""
     lay = c.m("pipeline_model_parallel_layout")
     if lay is None or (isinstance(lay, str) and lay.startswith("<")):
         return None  # none, or recomputed by a recipe layout builder at finalize
     try:
-        return [list(st) for st in parse_pipeline_layout(lay)]
+        return len(parse_pipeline_layout(lay))
     except LayoutError:
         return None
 
@@ -271,15 +271,12 @@ rule("PAR-030", A, E, "C", ["model.pipeline_model_parallel_layout", "model.num_l
           "model.account_for_embedding_in_pipeline_split": False, "model.account_for_loss_in_pipeline_split": False})
 rule("PAR-031", A, E, "C", ["model.pipeline_model_parallel_layout", "model.pipeline_model_parallel_size",
                             "model.virtual_pipeline_model_parallel_size"],
-     lambda c: _pp_layout_stages(c) is not None and (
-         len(_pp_layout_stages(c)) % c.pp != 0
-         or (c.vpp is not None and c.vpp != len(_pp_layout_stages(c)) // c.pp
-             and not (c.vpp == 1 and len(_pp_layout_stages(c)) == c.pp))),
+     lambda c: (n := _stage_count(c)) is not None and (
+         n % c.pp != 0 or (c.vpp is not None and c.vpp != n // c.pp and not (c.vpp == 1 and n == c.pp))),
      "layout stage count must be a multiple of PP and VPP must equal stages/PP",
      "pipeline_parallel_layer_layout.py PipelineParallelLayerLayout.__init__; TC L2039",
-     fix=lambda c: {"model.virtual_pipeline_model_parallel_size": (len(_pp_layout_stages(c)) // c.pp)
-                    if len(_pp_layout_stages(c)) // c.pp > 1 else None}
-     if len(_pp_layout_stages(c)) % c.pp == 0 else {"model.pipeline_model_parallel_layout": None})
+     fix=lambda c: {"model.virtual_pipeline_model_parallel_size": n // c.pp if n // c.pp > 1 else None}
+     if (n := _stage_count(c)) % c.pp == 0 else {"model.pipeline_model_parallel_layout": None})
 rule("PAR-032", A, E, "C", ["model.pipeline_model_parallel_layout", "model.num_layers", "model.mtp_num_layers"],
      lambda c: _layout_error(c) is not None,
      "invalid pipeline_model_parallel_layout (E first, L last, decoder count = num_layers, MTP count = "

@@ -7,6 +7,7 @@ Group placement comes from :func:`moetune.spec.ranks.group_stays_in_domain` (Meg
 
 from __future__ import annotations
 
+from moetune.memo import memo
 from moetune.rules.common import I_, W_
 from moetune.rules.engine import UNKNOWN, Ctx, rule
 
@@ -20,17 +21,28 @@ def _domain(c: Ctx):
 
 def _stays(c: Ctx, kind: str):
     """Tri-state: every group of ``kind`` stays inside one NVLink domain."""
-    from moetune.spec.layout import Layout
-    from moetune.spec.ranks import group_stays_in_domain
-
     dom = _domain(c)
     if dom is UNKNOWN:
         return UNKNOWN
-    lay = Layout(tp=c.tp, pp=c.pp, cp=c.cp, ep=c.ep, etp=c.etp)
     order = "tp-cp-ep-pp-dp" if c.get("dist.use_tp_pp_dp_mapping") else "tp-cp-ep-dp-pp"
-    W = c.env.gpus
+    args = (kind, c.tp, c.pp, c.cp, c.ep, c.etp, dom, c.env.gpus, order)
+    if type(dom) is int and type(args[7]) in (int, type(None)):
+        return _stays_in(*args)
+    return _stays_in.__wrapped__(*args)  # an environment value the memo cannot key on
+
+
+@memo(maxsize=4096)
+def _stays_in(kind: str, tp: int, pp: int, cp: int, ep: int, etp: int, dom: int, world: int | None, order: str):
+    """:func:`moetune.spec.ranks.group_stays_in_domain` of a group kind on these sizes; UNKNOWN where it cannot tell.
+    A size the :class:`moetune.spec.layout.Layout` refuses raises (the rule is then skipped, as any rule whose
+    condition meets a malformed value). Memoised: the three rules that ask (TOPO-005/006, GUI-002) share a
+    layout's answers, and the planner's candidates repeat layouts."""
+    from moetune.spec.layout import Layout
+    from moetune.spec.ranks import group_stays_in_domain
+
+    lay = Layout(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp)
     try:
-        return group_stays_in_domain(kind, lay, dom, world_size=W, order=order)
+        return group_stays_in_domain(kind, lay, dom, world_size=world, order=order)
     except (ValueError, TypeError):
         return UNKNOWN
 
