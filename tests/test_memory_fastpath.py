@@ -14,6 +14,7 @@ from moetune.catalog.systems import get_system
 from moetune.perfmodel import activations as act
 from moetune.perfmodel import memory as M
 from moetune.perfmodel.params import mtp_block_layers
+from moetune.spec.pipeline import pipeline_stages
 from moetune.plan import search as P
 
 _DISPATCHERS = ("alltoall", "deepep", "hybridep", "allgather")
@@ -128,3 +129,15 @@ def test_configs_without_recompute_or_offload_equal_fresh_ones(jobs):
             got = act.without(cfg, recompute=rec, offload=off)
             assert got == act.ActConfig(**{**act._asdict(cfg), **upd})
             assert hash(got) == hash(act.ActConfig(**{**act._asdict(cfg), **upd}))
+
+
+def test_chunk_signatures_of_the_split_equal_the_layouts_own(jobs):
+    """The signature table is keyed on the pipeline split: equal to the one built from the layout's own ranks."""
+    layouts = {(job.model.name, job.layout): job for job in jobs}
+    for job in layouts.values():
+        m = job.model
+        own = tuple(tuple((tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers,
+                           ch.embedding, ch.loss) for ch in rank.chunks)
+                    for rank in pipeline_stages(m, job.layout))
+        assert M._chunk_signatures(m, job.layout) == own
+    assert len(layouts) > 100

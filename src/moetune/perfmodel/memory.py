@@ -494,14 +494,20 @@ def chunk_features(f) -> ChunkFeatures:
                          f.cpu_offloading_num_layers if f.cpu_offloading else 0)
 
 
-@memo(maxsize=32768)
 def _chunk_signatures(m: ModelArch, lay) -> tuple[tuple[tuple, ...], ...]:
     """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on (layer types, MTP layers,
     embedding, loss). Equal signatures and equal rows of them are one object while in the :func:`canonical`
-    table, so the row memo below compares them by identity first, and each hashes once (:class:`HashedTuple`)."""
+    table, so the row memo below compares them by identity first, and each hashes once (:class:`HashedTuple`).
+    A function of the pipeline split only (:func:`pipeline_ranks`): one table for all layouts with the same
+    :class:`~moetune.spec.pipeline.SplitFields`."""
+    return _split_signatures(m, split_fields(lay))
+
+
+@memo(maxsize=8192)
+def _split_signatures(m: ModelArch, fields: SplitFields) -> tuple[tuple[tuple, ...], ...]:
     return tuple(canonical(HashedTuple(canonical(HashedTuple(
         (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss)))
-        for ch in rank.chunks)) for rank in pipeline_ranks(m, lay))
+        for ch in rank.chunks)) for rank in _pipeline_ranks(m, fields))
 
 
 @memo(maxsize=262144)
