@@ -325,7 +325,7 @@ def layer_offloaded_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig
     """Bytes of one layer/microbatch that fine-grained offloading moves to the host (0 without offloading)."""
     if not cfg.offload:
         return 0.0
-    full = dict(layer_components(model, mixer, mlp, ActConfig(**{**_asdict(cfg), "offload": frozenset()})))
+    full = dict(layer_components(model, mixer, mlp, without(cfg, offload=True)))
     kept = dict(layer_components(model, mixer, mlp, cfg))
     return sum(full.values()) - sum(kept.values())
 
@@ -344,7 +344,7 @@ def layer_transient_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig
     that tensor and of its input coexist with it (dP/dS for unfused attention, dFC1-out/dX for an MLP). Components
     dropped by recompute are rebuilt during backward, so the full (no-recompute) layer sets the size.
     """
-    plain = ActConfig(**{**_asdict(cfg), "recompute": frozenset(), "offload": frozenset()})
+    plain = without(cfg, recompute=True, offload=True)
     comps = dict(layer_components(model, mixer, mlp, plain))
     if not comps:
         return 0.0
@@ -361,8 +361,8 @@ def layer_transient_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig
 @memo(maxsize=4096)
 def layer_recompute_extra_bytes(model: ModelArch, mixer: str, mlp: str, cfg: ActConfig) -> float:
     """Bytes a recomputed layer rebuilds during its backward (full layer minus what selective recompute kept)."""
-    plain = ActConfig(**{**_asdict(cfg), "recompute": frozenset(), "offload": frozenset()})
-    kept = ActConfig(**{**_asdict(cfg), "offload": frozenset()})
+    plain = without(cfg, recompute=True, offload=True)
+    kept = without(cfg, offload=True)
     return layer_bytes(model, mixer, mlp, plain) - layer_bytes(model, mixer, mlp, kept)
 
 
@@ -411,6 +411,19 @@ def mtp_extra_bytes(model: ModelArch, cfg: ActConfig, padded_vocab: int) -> floa
     eh = _lin_bytes(cfg) * 2 * h * cfg.tokens_sp
     saved, _ = loss_stage_bytes(model, cfg, padded_vocab)
     return norms + eh + saved
+
+
+@memo(maxsize=65536)
+def without(cfg: ActConfig, recompute: bool = False, offload: bool = False) -> ActConfig:
+    """``cfg`` with no selective recompute (``recompute``) and / or no fine-grained offloading (``offload``): ``cfg``
+    itself where those fields are empty already (an equal config, so every function of it gives the same value),
+    else one new config per value while in the table (the layer memos keyed on it compare it by identity)."""
+    upd = {}
+    if recompute and cfg.recompute:
+        upd["recompute"] = frozenset()
+    if offload and cfg.offload:
+        upd["offload"] = frozenset()
+    return ActConfig(**{**_asdict(cfg), **upd}) if upd else cfg
 
 
 def _asdict(cfg: ActConfig) -> dict:

@@ -515,14 +515,20 @@ def chunk_features(f) -> ChunkFeatures:
                          f.cpu_offloading_num_layers if f.cpu_offloading else 0)
 
 
-@memo(maxsize=32768)
 def _chunk_signatures(m: ModelArch, lay) -> tuple[tuple[tuple, ...], ...]:
     """Per PP rank, per chunk: the signature :func:`_chunk_activation_of` is keyed on (layer types, MTP layers,
     embedding, loss). Equal signatures and equal rows of them are one object while in the :func:`canonical`
-    table, so the row memo below compares them by identity first, and each hashes once (:class:`HashedTuple`)."""
+    table, so the row memo below compares them by identity first, and each hashes once (:class:`HashedTuple`).
+    A function of the pipeline split only (:func:`pipeline_ranks`): one table for all layouts with the same
+    :class:`~moetune.spec.pipeline.SplitFields`."""
+    return _split_signatures(m, split_fields(lay))
+
+
+@memo(maxsize=8192)
+def _split_signatures(m: ModelArch, fields: SplitFields) -> tuple[tuple[tuple, ...], ...]:
     return tuple(canonical(HashedTuple(canonical(HashedTuple(
         (tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers, ch.embedding, ch.loss)))
-        for ch in rank.chunks)) for rank in pipeline_ranks(m, lay))
+        for ch in rank.chunks)) for rank in _pipeline_ranks(m, fields))
 
 
 @memo(maxsize=262144)
@@ -564,8 +570,10 @@ def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, 
             groups = -(-len(layers) // n_rec)
             rec, keep = layers, []
             saved += inp * groups
-        for mx, ml in rec:
-            transient = max(transient, act.layer_bytes(m, mx, ml, cfg) * min(n_rec, len(rec)))
+        # max over the recomputed layers, one lookup per run of one layer type (max is idempotent: the same value)
+        group = min(n_rec, len(rec))
+        for (mx, ml), _ in groupby(rec):
+            transient = max(transient, act.layer_bytes(m, mx, ml, cfg) * group)
     else:
         keep = layers
     # Per layer (keep, then the MTP layers), in order: the first ``n_off`` layers of ``keep`` (layer-level CPU
@@ -587,16 +595,26 @@ def _chunk_activation_of(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, 
                 transient = t
             if o > offl:
                 offl = o
-    if mtp_count:
-        saved += mtp_count * act.mtp_extra_bytes(m, cfg, vocab_padded)
-    if has_embedding:
-        saved += act.embedding_stage_bytes(m, cfg)
-    if has_loss:
-        s, t = act.loss_stage_bytes(m, cfg, vocab_padded)
-        saved += s
-        transient = max(transient, t)
+    if mtp_count or has_embedding or has_loss:
+        mtp_extra, embedding, loss_saved, loss_transient = _stage_extras(m, cfg, vocab_padded)
+        if mtp_count:
+            saved += mtp_count * mtp_extra
+        if has_embedding:
+            saved += embedding
+        if has_loss:
+            saved += loss_saved
+            transient = max(transient, loss_transient)
     resident = const("fine_grained_offload_resident_layers") * offl if cfg.offload else (offl if cpu_n else 0.0)
     return saved, graphed, transient, resident
+
+
+@memo(maxsize=65536)
+def _stage_extras(m: ModelArch, cfg: act.ActConfig, vocab_padded: int) -> tuple[float, float, float, float]:
+    """(MTP depth extra, embedding stage, loss stage saved, loss stage transient) bytes per microbatch
+    (:func:`moetune.perfmodel.activations.mtp_extra_bytes`, ``embedding_stage_bytes``, ``loss_stage_bytes``): one
+    lookup for the chunks of :func:`_chunk_activation_of` that hold them."""
+    return (act.mtp_extra_bytes(m, cfg, vocab_padded), act.embedding_stage_bytes(m, cfg),
+            *act.loss_stage_bytes(m, cfg, vocab_padded))
 
 
 def cpu_offloaded_layer_bytes(job: Job) -> tuple[float, ...]:

@@ -1,0 +1,143 @@
+"""The memory fit test's fast paths equal the plain evaluation they replace, on every job a few searches test (every
+PP rank, every chunk; equal with ``==``): the activation table of a chunk (runs of one layer type, the stage extras
+looked up once) equals the per-layer loop, and the activation configs without recompute / offloading are the
+configs built fresh."""
+
+from __future__ import annotations
+
+import pytest
+
+import moetune.memo
+from moetune.catalog.memory_constants import const
+from moetune.catalog.models import get_model
+from moetune.catalog.systems import get_system
+from moetune.perfmodel import activations as act
+from moetune.perfmodel import memory as M
+from moetune.perfmodel.params import mtp_block_layers
+from moetune.spec.pipeline import pipeline_stages
+from moetune.plan import search as P
+
+_DISPATCHERS = ("alltoall", "deepep", "hybridep", "allgather")
+_REQUESTS = [
+    dict(model="Qwen3-30B-A3B", gpus=16, gbs=512),
+    dict(model="DeepSeek-V2-Lite", gpus=16, gbs=512, precisions=("fp8_cs",)),
+    dict(model="Llama-3-70B", gpus=8, gbs=64),
+    dict(model="DeepSeek-V3", gpus=256, gbs=4096, system="GB200-NVL72", precisions=("mxfp8",)),
+]
+
+
+def _tested_jobs(kw: dict) -> list:
+    kw = dict(kw)
+    req = P.PlanRequest(model=get_model(kw.pop("model")), system=get_system(kw.pop("system", "DGX-H100")),
+                        gpus=kw.pop("gpus"), global_batch_size=kw.pop("gbs"), seq_length=4096,
+                        dispatchers=_DISPATCHERS, top=3, **kw)
+    moetune.memo.clear()
+    search = P.Search(req)
+    search.run()
+    return search.tested_jobs()
+
+
+@pytest.fixture(scope="module")
+def jobs() -> list:
+    out = [job for kw in _REQUESTS for job in _tested_jobs(kw)]
+    feats = [job.features for job in out]
+    # the searches test the branches of the chunk table: full recompute, selective recompute, layer-level CPU
+    # offloading, CUDA graphs, MTP layers
+    assert any(f.recompute_granularity == "full" for f in feats)
+    assert any(f.recompute_granularity == "selective" for f in feats)
+    assert any(f.cpu_offloading for f in feats)
+    assert any(f.cuda_graph_impl != "none" for f in feats)
+    assert any(job.model.mtp_num_layers for job in out)
+    return out
+
+
+def _chunk_activation_per_layer(m, fkey, cfg, sig, vocab_padded) -> tuple[float, float, float, float]:
+    """The chunk table as one pass per layer (the loop :func:`moetune.perfmodel.memory._chunk_activation_of`
+    replaced): every layer looked up and added on its own, the stage extras computed where they are added."""
+    scope, granularity, method, num_layers, cpu_n = fkey
+    layer_types, mtp_count, has_embedding, has_loss = sig
+    layers = list(layer_types)
+    mtp_layers = mtp_block_layers(m) * mtp_count if mtp_count else []
+    saved = graphed = transient = offl = 0.0
+    n_rec = num_layers or 1
+    if granularity == "full" and layers:
+        inp = act.layer_input_bytes(m, cfg)
+        if method == "block":
+            rec, keep = layers[:n_rec], layers[n_rec:]
+            saved += inp * len(rec)
+        else:
+            rec, keep = layers, []
+            saved += inp * -(-len(layers) // n_rec)
+        for mx, ml in rec:
+            transient = max(transient, act.layer_bytes(m, mx, ml, cfg) * min(n_rec, len(rec)))
+    else:
+        keep = layers
+    items = keep + mtp_layers
+    n_off = max(0, min(cpu_n, len(keep) - 1)) if cpu_n else 0
+    for i, (mx, ml) in enumerate(items):
+        b, g, t, o = M._layer_activation(m, mx, ml, cfg, scope)
+        if i < n_off:
+            offl = max(offl, b)
+        else:
+            saved += b
+            graphed += g
+        transient = max(transient, t)
+        offl = max(offl, o)
+    if mtp_count:
+        saved += mtp_count * act.mtp_extra_bytes(m, cfg, vocab_padded)
+    if has_embedding:
+        saved += act.embedding_stage_bytes(m, cfg)
+    if has_loss:
+        s, t = act.loss_stage_bytes(m, cfg, vocab_padded)
+        saved += s
+        transient = max(transient, t)
+    resident = const("fine_grained_offload_resident_layers") * offl if cfg.offload else (offl if cpu_n else 0.0)
+    return saved, graphed, transient, resident
+
+
+def test_chunk_activations_equal_the_per_layer_loop(jobs):
+    """Every chunk of the tested jobs, with the job's own recompute and offloading and (every 5th job) with full
+    recompute of 2 or 3 layers per group / block and 2 CPU-offloaded layers."""
+    seen = set()
+    for i, job in enumerate(jobs):
+        m, cfg, fkey = job.model, M.act_config(job), M.chunk_features(job.features)
+        fkeys = [fkey]
+        if i % 5 == 0:
+            fkeys += [fkey._replace(recompute_granularity="full", recompute_method=method, recompute_num_layers=n)
+                      for method in ("uniform", "block") for n in (2, 3)]
+            fkeys.append(fkey._replace(cpu_offloading_num_layers=2))
+        vocab = m.padded_vocab_size(job.layout.tp)
+        for row in M._chunk_signatures(m, job.layout):
+            for sig in row:
+                for fk in fkeys:
+                    key = (m.name, fk, cfg, sig, vocab)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    assert M._chunk_activation_of(m, fk, cfg, sig, vocab) == _chunk_activation_per_layer(
+                        m, fk, cfg, sig, vocab), (job.layout, job.features, fk)
+    assert len(seen) > 1000
+
+
+def test_configs_without_recompute_or_offload_equal_fresh_ones(jobs):
+    cfgs = {M.act_config(job) for job in jobs}
+    cfgs |= {M.act_config(job, frozenset({"core_attn", "mlp"})) for job in jobs[::7]}
+    assert any(c.recompute for c in cfgs) and any(not c.recompute for c in cfgs)
+    for cfg in cfgs:
+        for rec, off in ((False, True), (True, True), (True, False)):
+            upd = {**({"recompute": frozenset()} if rec else {}), **({"offload": frozenset()} if off else {})}
+            got = act.without(cfg, recompute=rec, offload=off)
+            assert got == act.ActConfig(**{**act._asdict(cfg), **upd})
+            assert hash(got) == hash(act.ActConfig(**{**act._asdict(cfg), **upd}))
+
+
+def test_chunk_signatures_of_the_split_equal_the_layouts_own(jobs):
+    """The signature table is keyed on the pipeline split: equal to the one built from the layout's own ranks."""
+    layouts = {(job.model.name, job.layout): job for job in jobs}
+    for job in layouts.values():
+        m = job.model
+        own = tuple(tuple((tuple((m.mixer_pattern[i], m.mlp_pattern[i]) for i in ch.layers), ch.mtp_layers,
+                           ch.embedding, ch.loss) for ch in rank.chunks)
+                    for rank in pipeline_stages(m, job.layout))
+        assert M._chunk_signatures(m, job.layout) == own
+    assert len(layouts) > 100
