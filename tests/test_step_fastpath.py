@@ -24,7 +24,6 @@ from moetune.perfmodel.calibration import read_measured_csv
 from moetune.plan import search as P
 from moetune.plan.space import SpaceLimits, enumerate_layouts
 
-
 # ------------------------------------------------------------------------------------------------------------
 # the oracle: the numpy pricing of a work's columns that _price replaced
 # ------------------------------------------------------------------------------------------------------------

@@ -183,7 +183,8 @@ def gemm_pass_seconds(flops: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.nda
     wg = np.broadcast_to(np.asarray(wgrad, bool), np.shape(flops))
     out = [gemm_row_seconds(*row, grad_accum_bytes=grad_accum_bytes, wgrad=bool(w), **rates)
            for row, w in zip(zip(np.asarray(flops, float), np.asarray(m, float), np.asarray(n, float),
-                                 np.asarray(k, float), np.asarray(groups, float), np.asarray(quant, bool)), wg)]
+                                 np.asarray(k, float), np.asarray(groups, float), np.asarray(quant, bool), strict=True),
+                             wg, strict=True)]
     fwd = np.array([f for f, _ in out], float)
     return fwd, (None if grad_accum_bytes is None else np.array([b for _, b in out], float))
 

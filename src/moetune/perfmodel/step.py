@@ -4,9 +4,10 @@ Two phases keep the planner fast:
 
 1. :func:`build_profile` turns a :class:`~moetune.spec.job.Job` into per-stage *work* (GEMM shapes and FLOPs,
    attention FLOPs, memory-bound bytes, collective bytes, kernel launches) — no efficiency parameters involved.
-   Per-layer work is cached per (model, layer type, batch shape, layout, precision).
-2. :func:`evaluate` prices the work with an :class:`~moetune.perfmodel.calibration.Efficiency` set (plain floats with numpy's results, :func:`_price`), applies
-   the schedule (:mod:`moetune.perfmodel.schedule`) and returns seconds per wall.
+   Per-layer work is cached per (model, layer kind, the job fields it reads: :func:`_layer_work`).
+2. :func:`evaluate` prices the work with an :class:`~moetune.perfmodel.calibration.Efficiency` set (plain floats,
+   numpy's numbers: :func:`_price`), applies the schedule (:mod:`moetune.perfmodel.schedule`) and returns seconds
+   per wall.
 
 Per-microbatch stage time S = compute (fwd + 2× fwd for backward) + recompute + exposed TP/CP/EP communication +
 exposed host time; step = (m + (p−1)/v)·S_max + exposed PP + exposed DP + optimizer step.
@@ -107,7 +108,8 @@ class LayerWork:
     n_quant: int  #: quantised GEMM inputs (FP8 / FP4 cast kernels of the launches)
     n_lora: int  #: LoRA adapters of the layer
     n_lora_attn: int  #: of them, on the attention linears
-    #: forward bytes one rank sends in the Mamba CP all-to-alls (:func:`moetune.perfmodel.comm.mamba_cp_bytes_per_layer`)
+    #: forward bytes one rank sends in the Mamba CP all-to-alls
+    #: (:func:`moetune.perfmodel.comm.mamba_cp_bytes_per_layer`)
     cp_a2a_bytes: float = 0.0
 
 
@@ -888,14 +890,14 @@ def _price_rows(work: K.Work, r: Rates | ComputeRates, rf: dict[int, float], ful
     elif rf:
         for tag, frac in rf.items():
             if tg:
-                rec += frac * float(sum_([t for t, x in zip(tg, g_tags) if x == tag]))
+                rec += frac * float(sum_([t for t, x in zip(tg, g_tags, strict=True) if x == tag]))
             if ta:
-                rec += frac * float(sum_([t for t, (_, x) in zip(ta, work.attn) if x == tag]))
+                rec += frac * float(sum_([t for t, (_, x) in zip(ta, work.attn, strict=True) if x == tag]))
             if te:
-                rec += frac * float(sum_([t for t, (_, x, _) in zip(te, work.mem) if x == tag]))
+                rec += frac * float(sum_([t for t, (_, x, _) in zip(te, work.mem, strict=True) if x == tag]))
     experts = K.TAG["experts"]
-    tp_kinds = float(sum_([t for t, x in zip(tfb, g_tags) if x != experts])) if tg else 0.0
-    exp = float(sum_([t for t, x in zip(tfb, g_tags) if x == experts])) if tg else 0.0
+    tp_kinds = float(sum_([t for t, x in zip(tfb, g_tags, strict=True) if x != experts])) if tg else 0.0
+    exp = float(sum_([t for t, x in zip(tfb, g_tags, strict=True) if x == experts])) if tg else 0.0
     return g_fb, a, e, rec, tp_kinds, exp
 
 
@@ -1064,8 +1066,8 @@ def _price_layer(lt: LayerType, q: PriceInputs) -> LayerPrice:
 
 
 @memo(maxsize=65536)
-def _price_work(lw: LayerWork, cr: ComputeRates, recompute_frac: tuple[tuple[int, float], ...], full_recompute_frac: float
-                ) -> tuple[float, float, float, float, float, float]:
+def _price_work(lw: LayerWork, cr: ComputeRates, recompute_frac: tuple[tuple[int, float], ...],
+                full_recompute_frac: float) -> tuple[float, float, float, float, float, float]:
     """:func:`_price` of a layer kind's compute work with the compute rates of :class:`Rates` (the only ones it
     reads), memoised: layer types of equal work (:class:`LayerWork`) share one price; read only."""
     return _price(lw.work, cr, dict(recompute_frac), full_recompute_frac)
