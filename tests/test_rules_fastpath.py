@@ -85,6 +85,11 @@ CORPUS = _corpus()
 CONTEXTS = _contexts()
 
 
+def _rules(eff: dict) -> list:
+    """The rules of the config's frontend (the plain filter, as ``evaluate`` did before ``rules_for``)."""
+    return [r for r in load_rules().values() if eff.get("frontend", "bridge") in r.frontends]
+
+
 def _rows(findings) -> list[tuple]:
     return [(f.id, f.severity, f.message, f.fields, f.fix, f.source, f.area, f.stage) for f in findings]
 
@@ -98,14 +103,14 @@ def _outcome(fn, *args):
 
 
 def test_the_corpus_exercises_the_rules():
-    fired = {f.id for eff, env, raw in CONTEXTS for f in evaluate(load_rules().values(), Ctx(eff, env, raw))}
+    fired = {f.id for eff, env, raw in CONTEXTS for f in evaluate(_rules(eff), Ctx(eff, env, raw))}
     assert len(CONTEXTS) > 900 and len(fired) > 250
 
 
 def test_kept_reads_give_the_plain_findings():
     """Every rule's finding (id, severity, message, shown fields, fix, source) on every context of the corpus."""
-    rules = list(load_rules().values())
     for eff, env, raw in CONTEXTS:
+        rules = _rules(eff)
         assert _rows(evaluate(rules, Ctx(eff, env, raw))) == _rows(evaluate(rules, PlainCtx(eff, env, raw)))
 
 
@@ -117,6 +122,22 @@ def test_kept_properties_equal_fresh_ones():
         for name in ONCE:
             want = _outcome(getattr, plain, name)
             assert _outcome(getattr, kept, name) == want == _outcome(getattr, kept, name), name
+
+
+def test_rules_of_a_frontend_are_the_filtered_registry(monkeypatch):
+    """``rules_for`` (memoised) lists the registry's rules of a frontend in order, a rule registered later included."""
+    from moetune.rules import engine
+    from moetune.rules.check import rules_for
+
+    reg = load_rules()
+    for frontend in ("bridge", "megatron-lm", "other"):
+        assert list(rules_for(frontend, len(reg))) == [r for r in reg.values() if frontend in r.frontends]
+    monkeypatch.setattr(engine, "REGISTRY", dict(reg))
+    monkeypatch.setattr("moetune.rules.check.REGISTRY", engine.REGISTRY)
+    extra = engine.rule("TEST-001", "values", "info", "-", [], lambda c: True, "a test rule", "tests",
+                        frontends=("megatron-lm",))
+    assert rules_for("megatron-lm", len(load_rules()))[-1] is extra
+    assert extra not in rules_for("bridge", len(load_rules()))
 
 
 def test_kept_path_reads_equal_get_path():

@@ -564,11 +564,10 @@ def public_effective(eff: dict) -> dict:
 
 
 def evaluate(rules: Iterable[Rule], ctx: Ctx) -> list[Finding]:
+    """Findings of the ``rules`` whose condition holds or cannot be decided without the environment, in rule order.
+    ``rules``: those that apply to ``ctx.frontend`` (:func:`moetune.rules.check.rules_for`)."""
     out: list[Finding] = []
-    frontend = ctx.frontend
     for r in rules:
-        if frontend not in r.frontends:
-            continue
         try:
             verdict = r.when(ctx)
         except UnknownTruth:
