@@ -190,7 +190,8 @@ def resolve_mixed_precision(mp: Any) -> dict[str, Any] | None:
 
 
 #: immutable default values that :func:`effective_config` stores without a deep copy (a copy of one is itself)
-_ATOMIC = (type(None), bool, int, float, str, bytes)
+#: (a set: ``type(v) in _ATOMIC`` is one hash probe, where a tuple compared the type with each entry in turn)
+_ATOMIC = frozenset((type(None), bool, int, float, str, bytes))
 
 
 def copy_config(x: Any, memo: dict[int, Any] | None = None) -> Any:
@@ -214,6 +215,9 @@ def copy_config(x: Any, memo: dict[int, Any] | None = None) -> Any:
             y[k if type(k) in _ATOMIC else copy_config(k, memo)] = v if type(v) in _ATOMIC else copy_config(v, memo)
         return y
     if t is list:
+        if _ATOMIC.issuperset(map(type, x)):  # e.g. a per-layer moe_layer_freq: the loop below, in C
+            y = memo[id(x)] = list(x)
+            return y
         y = []
         memo[id(x)] = y
         y.extend(v if type(v) in _ATOMIC else copy_config(v, memo) for v in x)
