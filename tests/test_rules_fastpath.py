@@ -9,6 +9,8 @@ example configs of every error rule (both frontends, with and without the enviro
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from moetune.catalog.models import get_model
@@ -83,6 +85,11 @@ CORPUS = _corpus()
 CONTEXTS = _contexts()
 
 
+def _rules(eff: dict) -> list:
+    """The rules of the config's frontend (the plain filter, as ``evaluate`` did before ``rules_for``)."""
+    return [r for r in load_rules().values() if eff.get("frontend", "bridge") in r.frontends]
+
+
 def _rows(findings) -> list[tuple]:
     return [(f.id, f.severity, f.message, f.fields, f.fix, f.source, f.area, f.stage) for f in findings]
 
@@ -96,14 +103,14 @@ def _outcome(fn, *args):
 
 
 def test_the_corpus_exercises_the_rules():
-    fired = {f.id for eff, env, raw in CONTEXTS for f in evaluate(load_rules().values(), Ctx(eff, env, raw))}
+    fired = {f.id for eff, env, raw in CONTEXTS for f in evaluate(_rules(eff), Ctx(eff, env, raw))}
     assert len(CONTEXTS) > 900 and len(fired) > 250
 
 
 def test_kept_reads_give_the_plain_findings():
     """Every rule's finding (id, severity, message, shown fields, fix, source) on every context of the corpus."""
-    rules = list(load_rules().values())
     for eff, env, raw in CONTEXTS:
+        rules = _rules(eff)
         assert _rows(evaluate(rules, Ctx(eff, env, raw))) == _rows(evaluate(rules, PlainCtx(eff, env, raw)))
 
 
@@ -115,6 +122,22 @@ def test_kept_properties_equal_fresh_ones():
         for name in ONCE:
             want = _outcome(getattr, plain, name)
             assert _outcome(getattr, kept, name) == want == _outcome(getattr, kept, name), name
+
+
+def test_rules_of_a_frontend_are_the_filtered_registry(monkeypatch):
+    """``rules_for`` (memoised) lists the registry's rules of a frontend in order, a rule registered later included."""
+    from moetune.rules import engine
+    from moetune.rules.check import rules_for
+
+    reg = load_rules()
+    for frontend in ("bridge", "megatron-lm", "other"):
+        assert list(rules_for(frontend, len(reg))) == [r for r in reg.values() if frontend in r.frontends]
+    monkeypatch.setattr(engine, "REGISTRY", dict(reg))
+    monkeypatch.setattr("moetune.rules.check.REGISTRY", engine.REGISTRY)
+    extra = engine.rule("TEST-001", "values", "info", "-", [], lambda c: True, "a test rule", "tests",
+                        frontends=("megatron-lm",))
+    assert rules_for("megatron-lm", len(load_rules()))[-1] is extra
+    assert extra not in rules_for("bridge", len(load_rules()))
 
 
 def test_kept_path_reads_equal_get_path():
@@ -207,6 +230,46 @@ def test_stage_count_rule_equals_its_former_code(layout):
             c = Ctx(eff, env, raw)
             assert _outcome(rule.when, c) == _outcome(_old_par031, c)
             assert _outcome(rule.fix, c) == _outcome(_old_par031_fix, c)
+
+
+def _old_impossible(path: str, lo: int):
+    from moetune.rules.values import _number
+
+    def when(c: Ctx) -> bool:
+        x = _number(c.get(path))
+        return x is not None and (not math.isfinite(x) or x < lo or not x.is_integer())
+
+    return when
+
+
+@pytest.mark.parametrize("value", [None, 0, 1, 2, -1, -4, 7, 2**53 - 1, 2**53, -(2**53), 10**400, True, False, 0.0,
+                                   1.0, 1.5, -2.0, float("nan"), float("inf"), "3", " 4 ", "0", "abc", "1e400", [1],
+                                   {"a": 1}])
+def test_impossible_value_rules_equal_their_former_code(value):
+    """VAL-* (an int compared directly, everything else through ``_number``) against the former condition."""
+    from moetune.rules.values import _FIELDS
+
+    for rid, path, lo, _ in _FIELDS[:3] + _FIELDS[8:9] + _FIELDS[18:19]:
+        cfg = {"model": {}, "train": {}, "ddp": {}, "dataset": {}}
+        section, name = path.split(".")
+        cfg[section][name] = value
+        c = Ctx(cfg, Env())
+        assert _outcome(load_rules()[rid].when, c) == _outcome(_old_impossible(path, lo), c), (rid, value)
+
+
+@pytest.mark.parametrize("model", [{}, {"fp8": "hybrid"}, {"fp8": None, "bf16": True}, {"tp_comm_overlap": True},
+                                   {"batch_p2p_comm": False, "params_dtype": "float32"}, None, "x"])
+def test_rewritten_on_model_equals_the_per_field_reads(model):
+    """PRC-002 / OVL-013 read the raw model section once; the former code read each field with raw_has / raw_get."""
+    from moetune.rules.common import rewritten_on_model
+    from moetune.rules.precision import MP_FIELDS_ON_MODEL
+
+    fields = MP_FIELDS_ON_MODEL + ("tp_comm_overlap", "batch_p2p_comm", "overlap_p2p_comm")
+    raw = {"model": model} if model is not None else {}
+    for eff_model in ({}, {"fp8": "hybrid", "bf16": False, "tp_comm_overlap": True}, {"batch_p2p_comm": True}):
+        c = Ctx({"model": eff_model}, Env(), raw)
+        old = any(c.raw_has(f"model.{f}") and c.raw_get(f"model.{f}") != c.m(f) for f in fields)
+        assert rewritten_on_model(c, fields) is old
 
 
 def test_unknown_truth_is_not_kept():

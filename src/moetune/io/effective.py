@@ -190,7 +190,8 @@ def resolve_mixed_precision(mp: Any) -> dict[str, Any] | None:
 
 
 #: immutable default values that :func:`effective_config` stores without a deep copy (a copy of one is itself)
-_ATOMIC = (type(None), bool, int, float, str, bytes)
+#: (a set: ``type(v) in _ATOMIC`` is one hash probe, where a tuple compared the type with each entry in turn)
+_ATOMIC = frozenset((type(None), bool, int, float, str, bytes))
 
 
 def copy_config(x: Any, memo: dict[int, Any] | None = None) -> Any:
@@ -214,6 +215,9 @@ def copy_config(x: Any, memo: dict[int, Any] | None = None) -> Any:
             y[k if type(k) in _ATOMIC else copy_config(k, memo)] = v if type(v) in _ATOMIC else copy_config(v, memo)
         return y
     if t is list:
+        if _ATOMIC.issuperset(map(type, x)):  # e.g. a per-layer moe_layer_freq: the loop below, in C
+            y = memo[id(x)] = list(x)
+            return y
         y = []
         memo[id(x)] = y
         y.extend(v if type(v) in _ATOMIC else copy_config(v, memo) for v in x)
@@ -342,13 +346,12 @@ def effective_config(cfg: dict, env: Env | None = None) -> dict:
 
     # defaults (MCore dataclass defaults, MLM argparse defaults for MLM input)
     defaults = {**MODEL_DEFAULTS, **MLM_MODEL_DEFAULTS} if frontend == "megatron-lm" else MODEL_DEFAULTS
-    for k, v in defaults.items():
-        if k not in model:  # setdefault would deep-copy every default, present or not (the planner's hot path)
-            model[k] = v if type(v) in _ATOMIC else copy_config(v)  # copy_config's own first test, inline
+    # the absent ones, in the defaults' order; setdefault would deep-copy every default, present or not
+    model.update({k: v if type(v) in _ATOMIC else copy_config(v) for k, v in defaults.items() if k not in model})
     for sec, dd in (("ddp", DDP_DEFAULTS), ("optimizer", OPTIMIZER_DEFAULTS), ("dist", DIST_DEFAULTS),
                     ("rng", RNG_DEFAULTS), ("rerun_state_machine", RERUN_DEFAULTS), ("train", TRAIN_DEFAULTS)):
-        for k, v in dd.items():
-            eff[sec].setdefault(k, v)
+        s = eff[sec]
+        s.update({k: v for k, v in dd.items() if k not in s})  # setdefault of each, in order
 
     # 1. env vars: config env_vars with setdefault (process env = --env wins)
     envvars = {str(k): str(v) for k, v in (eff.get("env_vars") or {}).items()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 
+from moetune.memo import memo
 from moetune.rules.engine import REGISTRY, CheckResult, Ctx, Env, Rule, evaluate
 
 AREA_MODULES = ("values", "parallel", "topology", "moe", "overlap", "recompute", "cudagraph", "precision", "offload", "fsdp",
@@ -26,6 +27,13 @@ def load_rules() -> dict[str, Rule]:
     return REGISTRY
 
 
+@memo(maxsize=8)
+def rules_for(frontend: str, registered: int) -> tuple[Rule, ...]:
+    """The registered rules that apply to ``frontend``, in registration order. ``registered``: the size of the
+    registry, part of the key because registering a rule grows it (a rule is never removed or replaced)."""
+    return tuple(r for r in load_rules().values() if frontend in r.frontends)
+
+
 _ORDER = {s: i for i, s in enumerate(("error", "error-at-build", "error-at-first-step", "depends-on-environment",
                                       "warning", "info"))}
 
@@ -33,9 +41,8 @@ _ORDER = {s: i for i, s in enumerate(("error", "error-at-build", "error-at-first
 def check_effective(eff: dict, env: Env, raw: dict) -> CheckResult:
     """Evaluate every rule on the effective config ``eff`` (``raw``: the config as written), findings sorted by
     severity then id; the replay's notes (``eff["_notes"]``) become ``RULE: text`` lines."""
-    rules = load_rules()
     ctx = Ctx(eff, env, raw)
-    findings = evaluate(rules.values(), ctx)
+    findings = evaluate(rules_for(ctx.frontend, len(load_rules())), ctx)
     findings.sort(key=lambda f: (_ORDER[f.severity], f.id))
     notes = [f"{rid}: {text}" for rid, text in eff.get("_notes", [])]
     return CheckResult(findings=findings, effective=eff, notes=notes)

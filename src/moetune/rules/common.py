@@ -24,6 +24,13 @@ def prec(c: Ctx, field: str, value: Any) -> dict[str, Any]:
     return {f"model.{field}": value}
 
 
+def rewritten_on_model(c: Ctx, fields: tuple[str, ...]) -> bool:
+    """Is any of ``fields`` set on the config's own ``model`` section (``c.raw_has(f"model.{f}")``) with a value the
+    replay changed (``c.raw_get(f"model.{f}") != c.m(f)``)? The section is read once: the steps of ``get_path``."""
+    sec = c.raw_get("model")
+    return isinstance(sec, dict) and any(f in sec and sec[f] != c.m(f) for f in fields)
+
+
 def mp_or(c: Ctx, field: str, section: str = "model") -> Any:
     return c.get(f"{section}.{field}")
 

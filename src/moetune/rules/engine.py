@@ -254,6 +254,19 @@ class _once:  # noqa: N801 - used as a decorator, like ``property``
 _ABSENT: Any = object()
 
 
+def _read(got: dict[str, Any], cfg: dict, path: str) -> Any:
+    """``get_path(cfg, path)``, :data:`_ABSENT` where the path is missing, kept in ``got`` (a :class:`Ctx`'s reads;
+    its methods look there first). A two-part path through plain dicts is read directly, as ``get_path`` would."""
+    sec, dot, key = path.partition(".")
+    node = cfg.get(sec, _ABSENT) if type(cfg) is dict else _ABSENT
+    if dot and type(node) is dict and "." not in key:
+        v = node.get(key, _ABSENT)
+    else:
+        v = get_path(cfg, path, _ABSENT)
+    got[path] = v
+    return v
+
+
 class Ctx:
     """Read access to the effective config and environment for rule conditions. The config and environment are
     read-only while the rules run, so the scalar properties (:class:`_once`) and :meth:`get` keep what they read."""
@@ -271,10 +284,9 @@ class Ctx:
 
     # --- plain access -------------------------------------------------------------------------------------
     def get(self, path: str, default: Any = None) -> Any:
-        got = self._got
-        v = got.get(path, got)  # :meth:`_read`, inline: the rules call this ~150 times per check
-        if v is got:
-            v = got[path] = get_path(self.eff, path, _ABSENT)
+        v = self._got.get(path, self)
+        if v is self:
+            v = _read(self._got, self.eff, path)
         return default if v is _ABSENT else v
 
     def m(self, name: str, default: Any = None) -> Any:
@@ -282,19 +294,16 @@ class Ctx:
         return default if v is None and default is not None else v
 
     def raw_get(self, path: str, default: Any = None) -> Any:
-        v = self._read(self._raw_got, self.raw, path)
+        v = self._raw_got.get(path, self)
+        if v is self:
+            v = _read(self._raw_got, self.raw, path)
         return default if v is _ABSENT else v
 
     def raw_has(self, path: str) -> bool:
-        return self._read(self._raw_got, self.raw, path) is not _ABSENT
-
-    @staticmethod
-    def _read(got: dict[str, Any], cfg: dict, path: str) -> Any:
-        """``get_path(cfg, path)``, :data:`_ABSENT` where the path is missing, kept in ``got`` for the next read."""
-        v = got.get(path, got)
-        if v is got:
-            v = got[path] = get_path(cfg, path, _ABSENT)
-        return v
+        v = self._raw_got.get(path, self)
+        if v is self:
+            v = _read(self._raw_got, self.raw, path)
+        return v is not _ABSENT
 
     @_once
     def bridge(self) -> bool:
@@ -383,25 +392,26 @@ class Ctx:
     def num_layers(self) -> int | None:
         return self.m("num_layers")
 
+    @_once
     def moe_layer_flags(self) -> list[int] | None:
-        """Per-layer MoE flags from ``moe_layer_freq`` (int N: layer i is MoE iff i % N == 0)."""
+        """Per-layer MoE flags from ``moe_layer_freq`` (int N: layer i is MoE iff i % N == 0); kept, so read only."""
         nl, f = self.num_layers, self.m("moe_layer_freq", 1)
         if not self.is_moe or not nl:
             return None
         if isinstance(f, int) and not isinstance(f, bool) and f > 0:
             return [1 if i % f == 0 else 0 for i in range(nl)]
         if isinstance(f, list):
-            return [int(x) for x in f]
+            return list(map(int, f))
         return None
 
     @_once
     def all_layers_moe(self) -> bool:
-        flags = self.moe_layer_flags()
+        flags = self.moe_layer_flags
         return bool(flags) and all(flags)
 
     @_once
     def has_dense_mlp(self) -> bool:
-        flags = self.moe_layer_flags()
+        flags = self.moe_layer_flags
         return not self.is_moe or (flags is not None and not all(flags))
 
     @_once
@@ -554,11 +564,10 @@ def public_effective(eff: dict) -> dict:
 
 
 def evaluate(rules: Iterable[Rule], ctx: Ctx) -> list[Finding]:
+    """Findings of the ``rules`` whose condition holds or cannot be decided without the environment, in rule order.
+    ``rules``: those that apply to ``ctx.frontend`` (:func:`moetune.rules.check.rules_for`)."""
     out: list[Finding] = []
-    frontend = ctx.frontend
     for r in rules:
-        if frontend not in r.frontends:
-            continue
         try:
             verdict = r.when(ctx)
         except UnknownTruth:

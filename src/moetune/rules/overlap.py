@@ -7,7 +7,7 @@ Sources: MCore ``transformer_config.py`` (TC L2763-2857), ``model_parallel_confi
 
 from __future__ import annotations
 
-from moetune.rules.common import ENV, I_, RT, W_, E, ovl
+from moetune.rules.common import ENV, I_, RT, W_, E, ovl, rewritten_on_model
 from moetune.rules.engine import UNKNOWN, Ctx, any_of, rule
 
 A = "overlap"
@@ -103,10 +103,9 @@ rule("OVL-012", A, RT, "B", ["model.overlap_moe_expert_parallel_comm", "ddp.use_
      fix={"ddp.fsdp_double_buffer": False, "model.pipeline_model_parallel_size": 1,
           "model.virtual_pipeline_model_parallel_size": None, "model.cuda_graph_impl": "none"})
 rule("OVL-013", A, W_, "C", ["comm_overlap"],
-     lambda c: c.bridge and isinstance(c.raw.get("comm_overlap"), dict) and any(
-         c.raw_has(f"model.{f}") and c.raw_get(f"model.{f}") != c.m(f)
-         for f in ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap",
-                   "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "overlap_p2p_comm", "batch_p2p_comm")),
+     lambda c: c.bridge and isinstance(c.raw.get("comm_overlap"), dict) and rewritten_on_model(
+         c, ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute", "tp_comm_overlap",
+             "defer_embedding_wgrad_compute", "wgrad_deferral_limit", "overlap_p2p_comm", "batch_p2p_comm")),
      "model overlap fields set directly are overwritten by CommOverlapConfig; set them on comm_overlap.*",
      "B/ovl _get_model_comm_overlap_cfgs, _apply_cfgs")
 rule("OVL-014", A, W_, "C", ["dataset.packing_buffer_size", "model.overlap_moe_expert_parallel_comm"],

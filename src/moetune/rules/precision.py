@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from moetune.rules.common import ENV, RT, W_, E, prec
+from moetune.rules.common import ENV, RT, W_, E, prec, rewritten_on_model
 from moetune.rules.engine import UNKNOWN, Ctx, any_of, rule
 
 A = "precision"
@@ -91,8 +91,7 @@ rule("PRC-001", A, E, "C", ["model.bf16", "model.fp16", "optimizer.bf16", "optim
      fix=lambda c: {**prec(c, "fp16", False), **({"optimizer.fp16": False} if not c.bridge
                                                    or not isinstance(c.raw.get("mixed_precision"), dict) else {})})
 rule("PRC-002", A, W_, "C", ["mixed_precision"],
-     lambda c: c.bridge and c.raw.get("mixed_precision") is not None and any(
-         c.raw_has(f"model.{f}") and c.raw_get(f"model.{f}") != c.m(f) for f in MP_FIELDS_ON_MODEL),
+     lambda c: c.bridge and c.raw.get("mixed_precision") is not None and rewritten_on_model(c, MP_FIELDS_ON_MODEL),
      "mixed_precision overwrites precision fields set directly on model/optimizer/ddp; set them on mixed_precision",
      "B/mp MixedPrecisionConfig.setup, update_config_with_precision_overrides")
 rule("PRC-003", A, E, "C", ["mixed_precision.fp4", "mixed_precision.fp8"],

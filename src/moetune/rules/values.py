@@ -18,6 +18,8 @@ from moetune.rules.engine import Ctx, rule
 A = "values"
 
 _NO_FIX = object()
+#: ints below this magnitude convert to float exactly (53-bit significand)
+_EXACT = 2**53
 
 #: (rule id, field path, smallest legal value, fix). Architecture and batch fields have no fix: only the user knows
 #: the intended value; layout and feature counts fall back to Megatron's default.
@@ -71,7 +73,12 @@ def _number(v: Any) -> float | None:
 
 def _impossible(path: str, lo: int):
     def when(c: Ctx) -> bool:
-        x = _number(c.get(path))
+        v = c.get(path)
+        if v is None:
+            return False
+        if type(v) is int and -_EXACT < v < _EXACT:  # the usual case: float(v) is exact, finite and integral
+            return v < lo
+        x = _number(v)
         return x is not None and (not math.isfinite(x) or x < lo or not x.is_integer())
 
     return when
