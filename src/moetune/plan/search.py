@@ -625,7 +625,9 @@ class Search:
         return self.result()
 
     def pass_1(self) -> None:
-        """Model-state floor; the surviving layouts are queued for :meth:`pass_2` (priced by :meth:`order`)."""
+        """Model-state floor (:meth:`state_floor`) of every layout, one mesh and split at a time (:func:`moetune.plan.
+        space.enumerate_meshes`: its points differ only in MBS, which neither the state modes nor the floor read); the
+        surviving layouts are queued for :meth:`pass_2` (priced by :meth:`order`) in the enumeration's order."""
         req = self.req
         part_i, part_n = req.partition
         # share by (TP, CP, EP, ETP), numbered in the order the enumeration first reaches them: per-layer work and
