@@ -141,3 +141,19 @@ def test_chunk_signatures_of_the_split_equal_the_layouts_own(jobs):
                     for rank in pipeline_stages(m, job.layout))
         assert M._chunk_signatures(m, job.layout) == own
     assert len(layouts) > 100
+
+
+def test_inflight_states_of_the_clipped_microbatch_count_equal_the_walk():
+    """The in-flight states are memoised on the clipped microbatch count (``_schedule_microbatches``): equal to the
+    schedule walk of the count itself, for every rank of PP 1-16 and VPP 1-6 and counts up to past the clip."""
+    walk = M._inflight_states.__wrapped__
+    n = 0
+    for pp in (1, 2, 3, 4, 6, 8, 16):
+        for vpp in (1, 2, 3, 4, 6):
+            for rank in range(pp):
+                clip = M._schedule_microbatches(pp, vpp, 10**6, rank)
+                for m in sorted({1, 2, 3, clip - 1, clip, clip + 1, clip + 7, 2 * clip + 3} - {0}):
+                    assert M.inflight_states(pp, vpp, m, rank) == walk(pp, vpp, m, rank), (pp, vpp, m, rank)
+                    assert M._inflight_array(pp, vpp, m, rank).tolist() == [list(s) for s in walk(pp, vpp, m, rank)]
+                    n += 1
+    assert n > 1000
