@@ -157,3 +157,18 @@ def test_inflight_states_of_the_clipped_microbatch_count_equal_the_walk():
                     assert M._inflight_array(pp, vpp, m, rank).tolist() == [list(s) for s in walk(pp, vpp, m, rank)]
                     n += 1
     assert n > 1000
+
+
+def test_one_state_one_chunk_product_equals_the_matrix_product(jobs):
+    """Ranks with one chunk and one in-flight state take the activation peak as one product of floats instead of
+    the (1 x 1) matrix product: equal on every such rank of the tested jobs (and the other ranks take the product)."""
+    n = 0
+    for job in jobs:
+        m, cfg, fkey = job.model, M.act_config(job), M.chunk_features(job.features)
+        static = M._rank_static(job)
+        for idx, (_, _, _, states, inflight) in enumerate(static.ranks):
+            chunk_saved, saved_arr = M._activation_row(m, fkey, cfg, static.signatures[idx], static.vocab_padded)[:2]
+            if len(inflight) == 1 == len(chunk_saved):
+                assert inflight[0][0] * chunk_saved[0] == float((states @ saved_arr)[0])
+                n += 1
+    assert n > 100

@@ -928,15 +928,22 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
         comps, static, per_chunk_params, states, inflight = ranks[idx]
         chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank],
                                                                                       vocab_padded)
-        totals = states @ saved_arr
-        if graphed_io_of is None:
-            i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
-            graphed_io = 0.0
-        else:  # static graph I/O is held per in-flight (chunk, microbatch) like the saved activations
-            io_totals = states @ graphed_io_of[rank.pp_rank]
-            i_best = int((totals + io_totals).argmax())
-            graphed_io = float(io_totals[i_best])
-        best, best_state = float(totals[i_best]), inflight[i_best]
+        if graphed_io_of is None and len(inflight) == 1 == len(chunk_saved):
+            # one chunk, one in-flight state (no interleaving): the matrix product is its one term, a product of
+            # two doubles (the in-flight count is a small integer), computed without arrays
+            i_best, graphed_io = 0, 0.0
+            best = inflight[0][0] * chunk_saved[0]
+        else:
+            totals = states @ saved_arr
+            if graphed_io_of is None:
+                i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
+                graphed_io = 0.0
+            else:  # static graph I/O is held per in-flight (chunk, microbatch) like the saved activations
+                io_totals = states @ graphed_io_of[rank.pp_rank]
+                i_best = int((totals + io_totals).argmax())
+                graphed_io = float(io_totals[i_best])
+            best = float(totals[i_best])
+        best_state = inflight[i_best]
         best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
         working = chunk_trans + resident
         # Activations inside CUDA graphs come from the graphs' private pool, filled once while capturing (before
