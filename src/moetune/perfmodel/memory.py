@@ -438,8 +438,9 @@ def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ..
 
 
 def _schedule_microbatches(pp: int, vpp: int, m: int, rank: int) -> int:
-    """The least microbatch count whose :func:`inflight_states` equal those of ``m`` microbatches (``m`` >= 1).
-    PP 1: the states do not read ``m`` (1). VPP 1: they read ``min(pp - rank, m)`` only. Interleaved: with
+    """``m`` (>= 1) clipped where the schedule walk of :func:`inflight_states` stops reading it: the states of the
+    result equal those of ``m`` microbatches. PP 1: the states do not read ``m`` (1). VPP 1: they read
+    ``min(pp - rank, m)`` only. Interleaved: with
     W = (pp - rank - 1)·2 + (vpp - 1)·pp warm-up forwards and B = W + 2·pp·vpp + 1, once m·vpp >= B the warm-up is W
     (not clipped), the walk stops at B forwards, and every backward before it has a microbatch (kb < kf <= B <= m·vpp),
     so the walk, and the states, do not read ``m``: ``m`` is clipped at ceil(B / vpp)."""
