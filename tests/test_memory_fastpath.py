@@ -141,3 +141,34 @@ def test_chunk_signatures_of_the_split_equal_the_layouts_own(jobs):
                     for rank in pipeline_stages(m, job.layout))
         assert M._chunk_signatures(m, job.layout) == own
     assert len(layouts) > 100
+
+
+def test_inflight_states_of_the_clipped_microbatch_count_equal_the_walk():
+    """The in-flight states are memoised on the clipped microbatch count (``_schedule_microbatches``): equal to the
+    schedule walk of the count itself, for every rank of PP 1-16 and VPP 1-6 and counts up to past the clip."""
+    walk = M._inflight_states.__wrapped__
+    n = 0
+    for pp in (1, 2, 3, 4, 6, 8, 16):
+        for vpp in (1, 2, 3, 4, 6):
+            for rank in range(pp):
+                clip = M._schedule_microbatches(pp, vpp, 10**6, rank)
+                for m in sorted({1, 2, 3, clip - 1, clip, clip + 1, clip + 7, 2 * clip + 3} - {0}):
+                    assert M.inflight_states(pp, vpp, m, rank) == walk(pp, vpp, m, rank), (pp, vpp, m, rank)
+                    assert M._inflight_array(pp, vpp, m, rank).tolist() == [list(s) for s in walk(pp, vpp, m, rank)]
+                    n += 1
+    assert n > 1000
+
+
+def test_one_state_one_chunk_product_equals_the_matrix_product(jobs):
+    """Ranks with one chunk and one in-flight state take the activation peak as one product of floats instead of
+    the (1 x 1) matrix product: equal on every such rank of the tested jobs (and the other ranks take the product)."""
+    n = 0
+    for job in jobs:
+        m, cfg, fkey = job.model, M.act_config(job), M.chunk_features(job.features)
+        static = M._rank_static(job)
+        for idx, (_, _, _, states, inflight) in enumerate(static.ranks):
+            chunk_saved, saved_arr = M._activation_row(m, fkey, cfg, static.signatures[idx], static.vocab_padded)[:2]
+            if len(inflight) == 1 == len(chunk_saved):
+                assert inflight[0][0] * chunk_saved[0] == float((states @ saved_arr)[0])
+                n += 1
+    assert n > 100

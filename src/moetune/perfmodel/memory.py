@@ -446,15 +446,34 @@ def _act_config(**kw) -> act.ActConfig:
     return act.ActConfig(**kw)
 
 
-@memo(maxsize=4096)
 def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
     """Microbatches in flight per virtual chunk, after each forward of the schedule (the candidate peak points).
 
     Megatron-Core schedules.py: non-interleaved 1F1B runs ``pp - rank - 1`` warm-up forwards, then one-forward-one-
     backward; interleaved runs ``(pp - rank - 1)·2 + (vpp - 1)·pp`` warm-up forwards; the forward chunk of virtual
     microbatch k is ``(k mod pp·vpp) // pp`` and the backward chunk is ``vpp - 1 -`` that. The steady state is periodic
-    with period pp·vpp, so two periods past the warm-up suffice.
+    with period pp·vpp, so two periods past the warm-up suffice. Memoised on :func:`_schedule_microbatches` (the
+    microbatch counts past it give the same states).
     """
+    return _inflight_states(pp, vpp, _schedule_microbatches(pp, vpp, m, rank), rank)
+
+
+def _schedule_microbatches(pp: int, vpp: int, m: int, rank: int) -> int:
+    """``m`` (>= 1) clipped where the schedule walk of :func:`inflight_states` stops reading it: the states of the
+    result equal those of ``m`` microbatches. PP 1: the states do not read ``m`` (1). VPP 1: they read
+    ``min(pp - rank, m)`` only. Interleaved: with
+    W = (pp - rank - 1)·2 + (vpp - 1)·pp warm-up forwards and B = W + 2·pp·vpp + 1, once m·vpp >= B the warm-up is W
+    (not clipped), the walk stops at B forwards, and every backward before it has a microbatch (kb < kf <= B <= m·vpp),
+    so the walk, and the states, do not read ``m``: ``m`` is clipped at ceil(B / vpp)."""
+    if pp == 1:
+        return 1
+    if vpp == 1:
+        return min(m, pp - rank)
+    return min(m, -(-((pp - rank - 1) * 2 + (vpp - 1) * pp + 2 * pp * vpp + 1) // vpp))
+
+
+@memo(maxsize=4096)
+def _inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ...], ...]:
     if pp == 1:
         return ((1,) * vpp,) if vpp > 1 else ((1,),)
     if vpp == 1:
@@ -482,10 +501,15 @@ def inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, ..
 TIME_ONLY_FEATURES = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 
 
-@memo(maxsize=4096)
 def _inflight_array(pp: int, vpp: int, m: int, rank: int) -> np.ndarray:
-    """:func:`inflight_states` as a (states x chunks) float array, for one matrix product per rank."""
-    return np.asarray(inflight_states(pp, vpp, m, rank), dtype=float)
+    """:func:`inflight_states` as a (states x chunks) float array, for one matrix product per rank (read only; one
+    array for the microbatch counts that share the states, :func:`_schedule_microbatches`)."""
+    return _inflight_array_of(pp, vpp, _schedule_microbatches(pp, vpp, m, rank), rank)
+
+
+@memo(maxsize=4096)
+def _inflight_array_of(pp: int, vpp: int, m: int, rank: int) -> np.ndarray:
+    return np.asarray(_inflight_states(pp, vpp, m, rank), dtype=float)
 
 
 def graph_scope(job: Job) -> frozenset[str]:
@@ -926,15 +950,22 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
         comps, static, per_chunk_params, states, inflight = ranks[idx]
         chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank],
                                                                                       vocab_padded)
-        totals = states @ saved_arr
-        if graphed_io_of is None:
-            i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
-            graphed_io = 0.0
-        else:  # static graph I/O is held per in-flight (chunk, microbatch) like the saved activations
-            io_totals = states @ graphed_io_of[rank.pp_rank]
-            i_best = int((totals + io_totals).argmax())
-            graphed_io = float(io_totals[i_best])
-        best, best_state = float(totals[i_best]), inflight[i_best]
+        if graphed_io_of is None and len(inflight) == 1 == len(chunk_saved):
+            # one chunk, one in-flight state (no interleaving): the matrix product is its one term, a product of
+            # two doubles (the in-flight count is a small integer), computed without arrays
+            i_best, graphed_io = 0, 0.0
+            best = inflight[0][0] * chunk_saved[0]
+        else:
+            totals = states @ saved_arr
+            if graphed_io_of is None:
+                i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
+                graphed_io = 0.0
+            else:  # static graph I/O is held per in-flight (chunk, microbatch) like the saved activations
+                io_totals = states @ graphed_io_of[rank.pp_rank]
+                i_best = int((totals + io_totals).argmax())
+                graphed_io = float(io_totals[i_best])
+            best = float(totals[i_best])
+        best_state = inflight[i_best]
         best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
         working = chunk_trans + resident
         # Activations inside CUDA graphs come from the graphs' private pool, filled once while capturing (before
