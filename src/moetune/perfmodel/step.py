@@ -27,7 +27,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from moetune.errors import LayoutError
-from moetune.memo import FrozenMap, memo
+from moetune.memo import FrozenMap, HashedTuple, memo
 from moetune.perfmodel import comm as C
 from moetune.perfmodel import compute as K
 from moetune.perfmodel import flops as F
@@ -1005,12 +1005,7 @@ class PriceInputs(_PriceFields):
     :class:`moetune.memo.HashedTuple`'s): a tuple re-hashes its ~40 numbers, the rates' included, on every lookup,
     and evaluate looks one price up per layer kind."""
 
-    def __hash__(self) -> int:
-        d = self.__dict__
-        h = d.get("_hash")
-        if h is None:
-            h = d["_hash"] = tuple.__hash__(self)
-        return h
+    __hash__ = HashedTuple.__hash__
 
     def __reduce__(self):
         return (PriceInputs._make, (tuple(self),))
