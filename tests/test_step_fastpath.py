@@ -268,6 +268,32 @@ def test_job_layer_prices_equal_the_profile_path():
             assert getattr(kinds, name) == getattr(prof, name), name
 
 
+def test_priced_kinds_equal_pricing_each_kind():
+    """:func:`step._layer_prices` (one :func:`step._priced_kinds` lookup per price context and set of layer types)
+    returns what the path it replaced computes per call: the job's :func:`step._price_context` and
+    :func:`step._price_layer` of each of the profile's layer types, keyed and ordered as its ``types``, here priced
+    without the price memo; jobs that share a lookup (feature variants) included."""
+    import dataclasses
+
+    from moetune.perfmodel.memory import grad_buffer_bytes
+
+    eff = T.resolve_efficiency(None)
+    moetune.memo.clear()
+    for job in _JOBS + _PLANNED[1::2]:
+        prof = T.build_profile(job, eff)
+        r, sm, priced = T._layer_prices(prof, eff)
+        lay = job.layout
+        r0, sm0, q = T._price_context.__wrapped__(
+            job.system, eff, job.features, lay.tp, lay.cp, lay.ep, lay.expert_tp, prof.pcls, prof.quant_bytes,
+            2 * grad_buffer_bytes(job.features), tuple(prof.recompute_frac.items()), prof.full_recompute_frac,
+            prof.recompute_a2a)
+        assert r == r0 and sm == sm0
+        assert list(priced) == list(prof.types)
+        for key, lt in prof.types.items():
+            assert _same(dataclasses.astuple(priced[key]), dataclasses.astuple(T._price_layer.__wrapped__(lt, q)))
+    assert moetune.memo.stats()["moetune.perfmodel.step._priced_kinds"].hits > 0
+
+
 def test_price_carries_its_host_gap():
     """``LayerPrice.gap`` (what evaluate adds per layer without EP overlap) is :func:`step.layer_host_gap` of the
     price without EP overlap at its rates' host-queue sharpness."""

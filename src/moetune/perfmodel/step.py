@@ -1140,12 +1140,24 @@ def _layer_prices(prof: Profile | LayerKinds, eff: Efficiency) -> tuple[Rates, f
     (:func:`_price_layer`): the first part of :func:`evaluate`, shared with :func:`stage_a2a_seconds`."""
     job = prof.job
     lay = job.layout
-    r, sm_frac, q = _price_context(job.system, eff, job.features, lay.tp, lay.cp, lay.ep, lay.expert_tp, prof.pcls,
-                                   prof.quant_bytes, 2 * grad_buffer_bytes(job.features),
-                                   tuple(prof.recompute_frac.items()),
-                                   prof.full_recompute_frac, prof.recompute_a2a)
+    return _priced_kinds(job.system, eff, job.features, lay.tp, lay.cp, lay.ep, lay.expert_tp, prof.pcls,
+                         prof.quant_bytes, tuple(prof.recompute_frac.items()), prof.full_recompute_frac,
+                         prof.recompute_a2a, tuple(prof.types.values()))
+
+
+@memo(maxsize=16384)
+def _priced_kinds(sysm: System, eff: Efficiency, feat: Features, tp: int, cp: int, ep: int, etp: int, pcls: str,
+                  qb: float, recompute_frac: tuple[tuple[int, float], ...], full_recompute_frac: float,
+                  recompute_a2a: float, types: tuple[LayerType, ...]
+                  ) -> tuple[Rates, float, dict[tuple, LayerPrice]]:
+    """:func:`_layer_prices` of the layer types ``types`` (the values of a profile's ``types``, keyed by their
+    ``key`` as there) in one lookup: the job's :func:`_price_context` and the price of each layer type
+    (:func:`_price_layer`). The planner prices many jobs of one price context and one set of layer types (feature
+    variants that change neither, e.g. the memory-only ones); read only."""
+    r, sm_frac, q = _price_context(sysm, eff, feat, tp, cp, ep, etp, pcls, qb, 2 * grad_buffer_bytes(feat),
+                                   recompute_frac, full_recompute_frac, recompute_a2a)
     # per layer type: price once
-    return r, sm_frac, {key: _price_layer(lt, q) for key, lt in prof.types.items()}
+    return r, sm_frac, {lt.key: _price_layer(lt, q) for lt in types}
 
 
 @memo(maxsize=16384)
