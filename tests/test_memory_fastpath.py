@@ -196,3 +196,15 @@ def test_tail_kinds_equal_the_itemised_tail_totals(jobs):
                 assert [(type(v), repr(v)) for v in got] == [(type(v), repr(v)) for v in want]
                 seen.add(sum(1 for it in tail.items if it.kind == "reserved"))
     assert seen == {0, 1, 2}  # no per-rank item, one, both (graph pool and fragmentation)
+
+
+def test_chunk_features_memo_equals_the_projection(jobs):
+    """The memoised :func:`moetune.perfmodel.memory.chunk_features` (one shared instance per features value) equals
+    the projection computed fresh, field by field, on every tested job."""
+    for job in jobs:
+        f = job.features
+        got = M.chunk_features(f)
+        assert got == M.chunk_features.__wrapped__(f)
+        assert got == (M.graph_scope(job), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
+                       f.cpu_offloading_num_layers if f.cpu_offloading else 0)
+        assert got is M.chunk_features(f.model_copy())

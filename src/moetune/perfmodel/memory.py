@@ -533,8 +533,10 @@ class ChunkFeatures(NamedTuple):
     cpu_offloading_num_layers: int  #: 0 without layer-level CPU offloading
 
 
-def chunk_features(f) -> ChunkFeatures:
-    """:class:`ChunkFeatures` of a Features object."""
+@memo(maxsize=65536)
+def chunk_features(f: Features) -> ChunkFeatures:
+    """:class:`ChunkFeatures` of a Features object; memoised (the fit test reads it once per job), so the activation
+    memos keyed on it mostly compare one shared instance by identity."""
     return ChunkFeatures(_graph_scope(f), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
                          f.cpu_offloading_num_layers if f.cpu_offloading else 0)
 
