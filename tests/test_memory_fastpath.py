@@ -172,3 +172,39 @@ def test_one_state_one_chunk_product_equals_the_matrix_product(jobs):
                 assert inflight[0][0] * chunk_saved[0] == float((states @ saved_arr)[0])
                 n += 1
     assert n > 100
+
+
+def test_tail_kinds_equal_the_itemised_tail_totals(jobs):
+    """The runtime tail's per-kind GiB of the fit test (``tail_builder(job).kinds``: the per-rank GiB added without
+    a list) are the totals of the itemised tail (:func:`moetune.perfmodel.runtime_tail.runtime_tail`,
+    ``RuntimeTail.total``), bit for bit and of the same type, on every tested job and its full-iteration graph and
+    expandable-segments variants, for zero, the rank's own and other peaks."""
+    from moetune.perfmodel.runtime_tail import TAIL_KINDS, runtime_tail, tail_builder
+
+    variants = ({}, {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ("full_iteration",)},
+                {"expandable_segments": True})
+    seen = set()
+    for job in jobs[::7]:
+        for upd in variants:
+            j = job.model_copy(update={"features": job.features.model_copy(update=upd)})
+            kinds = tail_builder(j).kinds
+            peaks = [(0.0, 0.0), (3.5e9, 0.0), (0.0, 41.25e9), (17e9 / 3, 70e9 / 7)]
+            peaks += [(a * 1e9, p * 1e9) for _, p in M.reserved_peaks(j) for a in (0.0, p / 3)]
+            for act_b, alloc_b in peaks:
+                tail = runtime_tail(j, activation_peak_bytes=act_b, allocated_peak_bytes=alloc_b)
+                got, want = kinds(act_b, alloc_b), tuple(tail.total(k) for k in TAIL_KINDS)
+                assert [(type(v), repr(v)) for v in got] == [(type(v), repr(v)) for v in want]
+                seen.add(sum(1 for it in tail.items if it.kind == "reserved"))
+    assert seen == {0, 1, 2}  # no per-rank item, one, both (graph pool and fragmentation)
+
+
+def test_chunk_features_memo_equals_the_projection(jobs):
+    """The memoised :func:`moetune.perfmodel.memory.chunk_features` (one shared instance per features value) equals
+    the projection computed fresh, field by field, on every tested job."""
+    for job in jobs:
+        f = job.features
+        got = M.chunk_features(f)
+        assert got == M.chunk_features.__wrapped__(f)
+        assert got == (M.graph_scope(job), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
+                       f.cpu_offloading_num_layers if f.cpu_offloading else 0)
+        assert got is M.chunk_features(f.model_copy())

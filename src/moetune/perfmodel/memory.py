@@ -533,8 +533,10 @@ class ChunkFeatures(NamedTuple):
     cpu_offloading_num_layers: int  #: 0 without layer-level CPU offloading
 
 
-def chunk_features(f) -> ChunkFeatures:
-    """:class:`ChunkFeatures` of a Features object."""
+@memo(maxsize=65536)
+def chunk_features(f: Features) -> ChunkFeatures:
+    """:class:`ChunkFeatures` of a Features object; memoised (the fit test reads it once per job), so the activation
+    memos keyed on it mostly compare one shared instance by identity."""
     return ChunkFeatures(_graph_scope(f), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
                          f.cpu_offloading_num_layers if f.cpu_offloading else 0)
 
@@ -684,7 +686,7 @@ def _layer_activation(m: ModelArch, mixer: str, mlp: str, cfg: act.ActConfig, sc
             act.layer_offloaded_bytes(m, mixer, mlp, cfg))
 
 
-def _graphed_io_of(job: Job, cfg: act.ActConfig) -> tuple[np.ndarray, ...] | None:
+def _graphed_io_of(job: Job, cfg: act.ActConfig, scope: frozenset[str]) -> tuple[np.ndarray, ...] | None:
     """Static input/output buffers of TE/local CUDA graphs (TE ``make_graphed_callables``) per microbatch in flight,
     one entry per virtual chunk of the job's PP ranks (``[pp_rank][chunk]`` bytes); None where the job has no static
     graph buffers (0 bytes on every rank).
@@ -699,10 +701,9 @@ def _graphed_io_of(job: Job, cfg: act.ActConfig) -> tuple[np.ndarray, ...] | Non
     of each in-flight (chunk, microbatch): the per-chunk sums below, times the chunk's in-flight microbatches of the
     schedule (:func:`inflight_states`, in :func:`_rank_memory`). The shared gradient buffers are one module's I/O
     and are left out. Inputs are the BF16 hidden states of the sequence shard; outputs are hidden states, or the FP32
-    router probabilities/map for router-only scopes."""
-    f = job.features
-    scope = graph_scope(job)
-    if not scope or "full_iteration" in scope or not f.cuda_graph_impl:
+    router probabilities/map for router-only scopes. ``scope``: the job's :func:`graph_scope` (the caller has it in
+    its :func:`chunk_features`)."""
+    if not scope or "full_iteration" in scope or not job.features.cuda_graph_impl:
         return None
     m, lay = job.model, job.layout
     hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
@@ -944,7 +945,7 @@ def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterab
     stages, vocab_padded, ranks, tail_of, sig_rows = _rank_static(job)
     tail_kinds = tail_of.kinds
     fkey = chunk_features(f)
-    graphed_io_of = _graphed_io_of(job, cfg)
+    graphed_io_of = _graphed_io_of(job, cfg, fkey.graph_scope)
     for idx in range(len(stages)) if order is None else order:
         rank = stages[idx]
         comps, static, per_chunk_params, states, inflight = ranks[idx]

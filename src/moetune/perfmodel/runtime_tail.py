@@ -218,23 +218,26 @@ def tail_builder(job: Job):
     after_of = {k: [g for _, g, kind, _ in after if kind == k] for k in TAIL_KINDS}
     fixed = {k: sum([*head_of[k], *after_of[k]]) for k in TAIL_KINDS if k != DYNAMIC_KIND}
 
-    # (allocated, reserved, non_torch) without a dict: the memory fit test calls it once per rank
-    head_dyn, after_dyn = head_of[DYNAMIC_KIND], after_of[DYNAMIC_KIND]
+    # (allocated, reserved, non_torch) without a dict: the memory fit test calls it once per rank. No fixed item is of
+    # the dynamic kind (the library workspaces are allocated, the items after the dynamic ones non-PyTorch), so the
+    # dynamic total is the sum of the items of :func:`dynamic_gib` alone
+    if head_of[DYNAMIC_KIND] or after_of[DYNAMIC_KIND]:
+        raise AssertionError("tail_builder: a fixed runtime-tail item of the per-rank kind")
     allocated, non_torch = fixed["allocated"], fixed["non_torch"]
 
     def kinds(activation_peak_bytes: float, allocated_peak_bytes: float) -> tuple[float, float, float]:
-        # the GiB of :func:`dynamic_gib` (same expressions, same order) without its tuples and text functions, summed
-        # in item order as RuntimeTail.total sums them
-        vals = [*head_dyn]
+        # the GiB of :func:`dynamic_gib` (same expressions, same order) without its list, tuples and text functions,
+        # summed as RuntimeTail.total sums them: from the int 0 (0 with no item, 0.0 + x = x for the first), then
+        # in item order (two items: also what the compensated sum of Python >= 3.12 gives)
+        dyn = 0
         if pool_factor is not None:
             pool = pool_factor * activation_peak_bytes / GIB
             if pool > 0:
-                vals.append(pool)
+                dyn = pool
         fr = frac * allocated_peak_bytes / GIB
         if fr > 0:
-            vals.append(fr)
-        vals.extend(after_dyn)
-        return allocated, sum(vals), non_torch
+            dyn += fr
+        return allocated, dyn, non_torch
 
     def totals(activation_peak_bytes: float, allocated_peak_bytes: float) -> dict[str, float]:
         """GiB per kind: the fixed kinds and the dynamic one of :func:`kinds`."""
