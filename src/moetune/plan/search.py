@@ -1111,13 +1111,14 @@ class Search:
         overlap = self.rest_overlap(lp, j)
         prev = self.best_by_layout.get(lp.key())
         own = _recomputes_dispatch(rec)
+        feats = self.features(mode, lp, rec)
         for disp in _dispatcher_variants(req, lp):
             if self.rest_graphs(j, disp) <= fitted:
                 continue
             if own:
                 # first without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
                 # dispatch/combines, plus this dispatcher's (:func:`_schedule_floor`, ``less``)
-                base = self.time_of(lp, self.features(mode, lp, rec))
+                base = self.time_of(lp, feats)
                 bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
                                         less=base.stage_rec_a2a)
                 if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
@@ -1125,7 +1126,7 @@ class Search:
                 res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
                 bound = _schedule_floor(res, [res], ep_overlap=overlap)
             else:
-                bound = _schedule_floor(self.time_of(lp, self.features(mode, lp, rec)),
+                bound = _schedule_floor(self.time_of(lp, feats),
                                         [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap)
             if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
                 return False
