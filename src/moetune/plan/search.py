@@ -930,6 +930,7 @@ class Search:
         all_ok = True
         lk = lp.key()
         bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
+        overlaps = _overlap_variants(req, lp, rec)  # read only
         for disp in _dispatcher_variants(req, lp):
             for gr in self.graph_variants(upd, disp):
                 if fitted is not None:
@@ -938,7 +939,7 @@ class Search:
                     if vkey in fitted:
                         continue
                 ok = None
-                for ov in _overlap_variants(req, lp, rec):
+                for ov in overlaps:
                     feats = self.features(mode, lp, {**upd, **disp, **ov, **gr})
                     if ok is None:
                         ok = self.fits(lp, feats)
