@@ -132,6 +132,30 @@ class _Best:
         self.step_time_s = step
 
 
+@pytest.mark.parametrize("req,layouts", [
+    (_DSV2, _DSV2_LAYOUTS[::7]), (_QWEN, _QWEN_LAYOUTS[::5]),
+    (_req("Qwen3-30B-A3B", 16, 512, fix={"cuda_graph_scope": "full_iteration", "paged_stash": 1}), _QWEN_LAYOUTS[::11]),
+    (_req("DeepSeek-V2-Lite", 16, 512, fix={"ep_overlap": 1}, max_recompute="full"), _DSV2_LAYOUTS[::13]),
+    (_req("Llama-3.1-8B", 16, 512), [None])])
+def test_rest_keys_equal_the_per_call_sets(req, layouts):
+    """Search.rest_graphs / rest_overlap (memoised per ladder option and dispatcher / ep, pp, vpp) equal the sets
+    ladder_rest_pruned built on every call from the rest of the ladder, on every layout point and option."""
+    if layouts == [None]:
+        layouts = list(enumerate_layouts(req.model, req.system, 16, 512, 4096, SpaceLimits()))[::9]
+    s = P.Search(req)
+    assert layouts
+    for lp in layouts:
+        for j in range(len(s.rec_opts)):
+            rest = [r for _, r in s.rec_opts[j:]]
+            overlap = any(ov["overlap_moe_expert_parallel_comm"] for r in rest for ov in P._overlap_variants(req, lp, r))
+            assert s.rest_overlap(lp, j) is overlap
+            for disp in P._dispatcher_variants(req, lp):
+                dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
+                graphs = {(*dk, g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest
+                          for g in P._graph_variants(req, r, disp)}
+                assert s.rest_graphs(j, disp) == graphs
+
+
 @pytest.mark.parametrize("kw", [dict(model="DeepSeek-V2-Lite", gpus=16, gbs=512, top=3),
                                 dict(model="DeepSeek-V2-Lite", gpus=32, gbs=1024, top=5, precisions=("bf16", "fp8_cs")),
                                 dict(model="Qwen3-30B-A3B", gpus=16, gbs=1024, top=3, mbs_options=(1, 2)),

@@ -604,6 +604,8 @@ class Search:
         self._canon: dict[Features, Features] = {}
         self._layout_cache: dict[tuple, Layout] = {}
         self._graphs: dict[tuple, list[dict]] = {}  # :meth:`graph_variants`
+        self._rest_graphs: dict[tuple, frozenset] = {}  # :meth:`rest_graphs`
+        self._rest_overlap: dict[tuple, bool] = {}  # :meth:`rest_overlap`
         self._job_cache: dict[tuple, Job] = {}  # per (layout, Features instance); the instance check guards id reuse
         self._time_cache: dict[tuple, Any] = {}
         self._a2a_cache: dict[tuple, _StageA2A] = {}  # per (layout, Features instance) not priced in full
@@ -928,6 +930,7 @@ class Search:
         all_ok = True
         lk = lp.key()
         bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
+        overlaps = _overlap_variants(req, lp, rec)  # read only
         for disp in _dispatcher_variants(req, lp):
             for gr in self.graph_variants(upd, disp):
                 if fitted is not None:
@@ -936,7 +939,7 @@ class Search:
                     if vkey in fitted:
                         continue
                 ok = None
-                for ov in _overlap_variants(req, lp, rec):
+                for ov in overlaps:
                     feats = self.features(mode, lp, {**upd, **disp, **ov, **gr})
                     if ok is None:
                         ok = self.fits(lp, feats)
@@ -1106,20 +1109,17 @@ class Search:
         """
         req = self.req
         rec = self.rec_opts[j][1]
-        rest = [r for _, r in self.rec_opts[j:]]
-        overlap = any(ov["overlap_moe_expert_parallel_comm"] for r in rest for ov in _overlap_variants(req, lp, r))
+        overlap = self.rest_overlap(lp, j)
         prev = self.best_by_layout.get(lp.key())
         own = _recomputes_dispatch(rec)
+        feats = self.features(mode, lp, rec)
         for disp in _dispatcher_variants(req, lp):
-            dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
-            # the CUDA-graph variants :meth:`consider` prices with this dispatcher under the rest of the ladder
-            graphs = {(g["cuda_graph_impl"], g["cuda_graph_scope"]) for r in rest for g in self.graph_variants(r, disp)}
-            if all((*dk, *g) in fitted for g in graphs):
+            if self.rest_graphs(j, disp) <= fitted:
                 continue
             if own:
                 # first without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
                 # dispatch/combines, plus this dispatcher's (:func:`_schedule_floor`, ``less``)
-                base = self.time_of(lp, self.features(mode, lp, rec))
+                base = self.time_of(lp, feats)
                 bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
                                         less=base.stage_rec_a2a)
                 if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
@@ -1127,11 +1127,33 @@ class Search:
                 res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
                 bound = _schedule_floor(res, [res], ep_overlap=overlap)
             else:
-                bound = _schedule_floor(self.time_of(lp, self.features(mode, lp, rec)),
+                bound = _schedule_floor(self.time_of(lp, feats),
                                         [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap)
             if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
                 return False
         return True
+
+    def rest_overlap(self, lp: LayoutPoint, j: int) -> bool:
+        """Whether a recompute option ``j``..end of the ladder allows EP overlap on the layout (:func:`_overlap_variants`,
+        which reads the request, the option and the layout's ``ep``, ``pp`` and ``vpp`` only: memoised on those)."""
+        key = (j, lp.ep, lp.pp, lp.vpp)
+        got = self._rest_overlap.get(key)
+        if got is None:
+            got = self._rest_overlap[key] = any(ov["overlap_moe_expert_parallel_comm"] for _, r in self.rec_opts[j:]
+                                                for ov in _overlap_variants(self.req, lp, r))
+        return got
+
+    def rest_graphs(self, j: int, disp: dict) -> frozenset:
+        """The (dispatcher, CUDA graphs) keys of the variants :meth:`consider` prices with dispatcher variant ``disp``
+        under the recompute options ``j``..end of the ladder (:meth:`graph_variants`, which reads the request, the
+        option and the dispatcher only): the keys :meth:`ladder_rest_pruned` looks up in ``fitted``."""
+        dk = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"])
+        got = self._rest_graphs.get((j, dk))
+        if got is None:
+            got = self._rest_graphs[(j, dk)] = frozenset(
+                (*dk, g["cuda_graph_impl"], g["cuda_graph_scope"]) for _, r in self.rec_opts[j:]
+                for g in self.graph_variants(r, disp))
+        return got
 
     def note_miss(self, over: float, lp: LayoutPoint, mode: tuple[str, bool]) -> None:
         """A layout whose most memory-saving recompute does not fit (by ``over`` GiB): one of the closest misses
