@@ -200,6 +200,16 @@ def test_split_medians_are_the_prefix_and_suffix_medians(vals):
     assert got[0].tobytes() == ref[0].tobytes() and got[1].tobytes() == ref[1].tobytes()
 
 
+@pytest.mark.parametrize("vals", [[0.0, -0.0], [-0.0, 0.0], [-0.0, -0.0], [-0.0, -0.0, -0.0, 1.0], [2.0, -0.0, 0.0]])
+def test_split_medians_of_negative_zeros_are_np_median(vals):
+    """np.median's mean starts from +0.0: a zero median is +0.0 even when the middle values are -0.0."""
+    x = np.array(vals, dtype=np.float64)
+    got, ref = steady.split_medians(x), _split_medians_ref(x)
+    assert got[0].tobytes() == ref[0].tobytes() and got[1].tobytes() == ref[1].tobytes()
+    med, ref_med = steady.median_and_ci(x)[0], _median_and_ci_ref(x)[0]
+    assert np.float64(med).tobytes() == np.float64(ref_med).tobytes() == np.float64(np.median(x)).tobytes()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.just(np.nan)), max_size=60))
 def test_last_finite(vals):

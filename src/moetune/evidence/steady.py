@@ -163,7 +163,8 @@ def split_medians(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = np.sort(np.where(cols[None, :] < size[:, None], vals[None, :], np.inf), axis=1)
         rows = np.arange(m - 1)
         a, b = s[rows, (size - 1) // 2], s[rows, size // 2]
-        out[1:] = np.where(size % 2 == 1, a, (a + b) / 2)
+        # + 0.0: np.median's mean starts from +0.0, so a zero median is +0.0 even where the middle values are -0.0
+        out[1:] = np.where(size % 2 == 1, a, (a + b) / 2) + 0.0
     return left, right
 
 
@@ -361,7 +362,8 @@ def median_and_ci(x: np.ndarray) -> tuple[float, tuple[float, float] | None]:
     if np.isnan(s[n - 1]):
         med = math.nan
     else:
-        med = float(s[mid[0]]) if len(mid) == 1 else float((s[mid[0]] + s[mid[1]]) / 2)
+        # + 0.0: np.median's mean starts from +0.0 (a zero median is +0.0 even where the middle values are -0.0)
+        med = float(s[mid[0]]) + 0.0 if len(mid) == 1 else float((s[mid[0]] + s[mid[1]]) / 2) + 0.0
     return med, (float(s[ranks[0]]), float(s[ranks[1]])) if ranks else None
 
 
