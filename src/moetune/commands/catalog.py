@@ -3,7 +3,6 @@
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from moetune.output import console, print_json, readable
 
@@ -81,6 +80,8 @@ def register(app: typer.Typer) -> None:
     @catalog.command("models")
     def catalog_models(json_out: JsonOpt = False) -> None:
         """All catalog models with total and active parameter counts."""
+        from rich.table import Table
+
         from moetune.catalog.models import list_models
 
         rows = [model_summary(m) for m in list_models()]
@@ -99,6 +100,8 @@ def register(app: typer.Typer) -> None:
     @catalog.command("systems")
     def catalog_systems(json_out: JsonOpt = False) -> None:
         """All catalog systems: GPUs per node, NVLink domain, HBM, dense peak TFLOP/s per precision."""
+        from rich.table import Table
+
         from moetune.catalog.systems import list_systems
 
         rows = [system_summary(s) for s in list_systems()]
@@ -120,6 +123,8 @@ def register(app: typer.Typer) -> None:
         json_out: JsonOpt = False,
     ) -> None:
         """Architecture and parameter counts (total, active per token, by component)."""
+        from rich.table import Table
+
         from moetune.catalog.models import get_model
 
         d = model_detail(get_model(name))

@@ -4,7 +4,6 @@ from dataclasses import asdict
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from moetune.output import console, print_json, readable
 
@@ -22,6 +21,8 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout.")] = False,
     ) -> None:
         """Model FLOPs per token and per step (forward + backward, Bridge num_floating_point_operations)."""
+        from rich.table import Table
+
         from moetune.catalog.models import get_model
         from moetune.errors import InputError
         from moetune.perfmodel.flops import flops_per_step, flops_per_token

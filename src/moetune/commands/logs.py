@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from moetune.errors import MoetuneError
 from moetune.output import console, err_console, print_json, readable
@@ -71,6 +70,8 @@ def logs_cmd(
 
 
 def _print_summary(s) -> None:
+    from rich.table import Table
+
     st = s.step_time_s
     t = Table(title=f"{s.file}  ({s.source})", show_header=False, title_justify="left")
     t.add_column("what")

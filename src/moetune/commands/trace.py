@@ -4,7 +4,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from moetune.errors import InputError
 from moetune.output import console, print_json, readable
@@ -33,6 +32,8 @@ def _pct(x: float | None) -> str:
 
 
 def _show_report(rep) -> None:
+    from rich.table import Table
+
     t = Table(title="moetune trace: per rank (ms over the analysed iterations; unions, never summed durations)")
     for col in ("rank", "iters", "iter med", "compute", "comm", "hidden", "exposed", "overlap %", "idle host",
                 "idle dep", "dominant wall"):
@@ -102,6 +103,8 @@ def _show_report(rep) -> None:
 
 
 def _show_diff(d) -> None:
+    from rich.table import Table
+
     console.print(f"A: {', '.join(d.a)}\nB: {', '.join(d.b)}  (ranks matched by {d.matched_by})")
     for rd in d.ranks:
         t = Table(title=f"rank {rd.rank_a} → {rd.rank_b}: per iteration (ms)")
