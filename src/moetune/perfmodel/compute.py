@@ -138,6 +138,11 @@ def pairwise_sum(values: list[float]) -> float:
     return pairwise_sum(values[:n2]) + pairwise_sum(values[n2:])
 
 
+def _max(a: float, b: float) -> float:
+    """``np.maximum(a, b)`` of two floats: NaN when either is NaN (``max`` would keep ``a`` when ``b`` is NaN)."""
+    return a if (a >= b or a != a) else b
+
+
 def gemm_row_seconds(flops: float, m: float, n: float, k: float, groups: float, quant: bool,
                      peak_quant_tflops: float, eff_quant: float, peak_bf16_tflops: float, eff_bf16: float, knee: float,
                      hbm_gbs: float, hbm_eff: float, quant_bytes: float, grad_accum_bytes: float | None = None,
@@ -164,14 +169,14 @@ def gemm_row_seconds(flops: float, m: float, n: float, k: float, groups: float, 
     bpe = quant_bytes if quant else BF16_BYTES
     bw = hbm_gbs * 1e9 * hbm_eff
     mem = groups * (bpe * (m * k + k * n) + BF16_BYTES * m * n) / bw
-    fwd = t_flop if (t_flop >= mem or t_flop != t_flop) else mem
+    fwd = _max(t_flop, mem)
     if grad_accum_bytes is None:
         return fwd, None
     dgrad = groups * (bpe * (m * n + k * n) + BF16_BYTES * m * k) / bw
-    bwd = t_flop if (t_flop >= dgrad or t_flop != t_flop) else dgrad
+    bwd = _max(t_flop, dgrad)
     if wgrad:
         wgrad_s = groups * (bpe * (m * k + m * n) + grad_accum_bytes * k * n) / bw
-        return fwd, bwd + (t_flop if (t_flop >= wgrad_s or t_flop != t_flop) else wgrad_s)
+        return fwd, bwd + _max(t_flop, wgrad_s)
     return fwd, bwd + 0.0
 
 

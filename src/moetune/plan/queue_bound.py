@@ -50,7 +50,6 @@ from moetune.perfmodel.schedule import sm_contention
 from moetune.perfmodel.step import (
     extra_floor_seconds,
     job_layer_prices,
-    layer_host_gap,
     pipeline_split,
     quantised_layers,
     rank_kind_counts,
@@ -121,8 +120,8 @@ class QueueBound:
                 or prof.recompute_a2a):
             self.groups[gkey] = None
             return
-        sharp = r.host_queue_sharpness
-        kinds = {k: (p.comp + p.rec + p.tp + p.cp, p.a2a + layer_host_gap(p, False, sharp)) for k, p in priced.items()}
+        # ``p.gap``: :func:`layer_host_gap` of the price without EP overlap at the job's host sharpness
+        kinds = {k: (p.comp + p.rec + p.tp + p.cp, p.a2a + p.gap) for k, p in priced.items()}
         extra_host = eff.kernels["embedding_loss"] * r.launch_us * 1e-6
         self.groups[gkey] = _Group(kinds, max(extra_host, 0.0),
                                    (job.model, job.seq_length, job.micro_batch_size, lay.cp, lay.tp, r),
