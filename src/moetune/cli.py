@@ -13,28 +13,34 @@ import os
 import sys
 import threading
 
-import click
 import typer
 
 from moetune.errors import MoetuneError, one_line, validation_message
 from moetune.output import err_console
 
-# Newer typer vendors click as ``typer._click`` (its exceptions are not the ``click`` package's classes) and has
-# its own Abort/Exit; catch both families.
+# Newer typer (0.2x) vendors click as ``typer._click`` and raises only its exceptions and its own ``typer.Exit`` /
+# ``typer.Abort``: the click package is then not imported at all (~13 ms of start-up). Older typer is built on the
+# click package itself.
 try:
-    from typer import _click as _tclick
-
-    _USAGE_ERRORS: tuple[type[BaseException], ...] = (click.exceptions.UsageError, _tclick.exceptions.UsageError)
-    _CLICK_ERRORS: tuple[type[BaseException], ...] = (click.ClickException, _tclick.exceptions.ClickException)
-    _NO_ARGS_HELP: tuple[type[BaseException], ...] = (click.exceptions.NoArgsIsHelpError,
-                                                      _tclick.exceptions.NoArgsIsHelpError)
+    from typer import _click as _vendored_click
 except ImportError:  # pragma: no cover - older typer uses the click package itself
+    _vendored_click = None
+if _vendored_click is not None:
+    _USAGE_ERRORS: tuple[type[BaseException], ...] = (_vendored_click.exceptions.UsageError,)
+    _CLICK_ERRORS: tuple[type[BaseException], ...] = (_vendored_click.exceptions.ClickException,)
+    _NO_ARGS_HELP: tuple[type[BaseException], ...] = (_vendored_click.exceptions.NoArgsIsHelpError,)
+    _ABORT: tuple[type[BaseException], ...] = (typer.Abort,)
+    #: the exceptions click and typer raise for a normal exit with a code (``typer.Exit``, ``--help``)
+    EXIT_EXCEPTIONS: tuple[type[BaseException], ...] = (typer.Exit,)
+else:  # pragma: no cover
+    import click
+
     _USAGE_ERRORS = (click.exceptions.UsageError,)
     _CLICK_ERRORS = (click.ClickException,)
     _NO_ARGS_HELP = (click.exceptions.NoArgsIsHelpError,)
-_ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort))
-#: the exceptions click and typer raise for a normal exit with a code (``typer.Exit``, ``--help``)
-EXIT_EXCEPTIONS = (click.exceptions.Exit, getattr(typer, "Exit", click.exceptions.Exit))
+    _ABORT = (click.exceptions.Abort, getattr(typer, "Abort", click.exceptions.Abort))
+    EXIT_EXCEPTIONS = (click.exceptions.Exit, getattr(typer, "Exit", click.exceptions.Exit))
+
 
 class _PlainTopHelp(typer.core.TyperGroup):
     """The top-level ``moetune --help`` in click's plain layout (every subcommand's help keeps typer's rich one):
