@@ -12,7 +12,6 @@ The contract is written once by ``moetune sweep init``; its SHA-256 is recorded 
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,11 +28,14 @@ DEFAULT_SCREEN_ITERS = 10
 DEFAULT_VALIDATE_STEPS = 50
 DEFAULT_VALIDATE_WINDOW = (41, 50)
 
+# Every model but ``Launcher`` is built on first use (``defer_build``): ``moetune plan`` imports this module for the
+# Slurm script's default ``Launcher`` only, and building the contract's schemas at import was ~10 ms of its start-up.
+
 
 class Window(BaseModel):
     """A run length and the inclusive iteration window its step time is measured over."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     steps: int = Field(gt=0, description="train_iters of the run")
     first: int = Field(gt=0, description="first iteration of the steady window (inclusive)")
@@ -70,7 +72,7 @@ def validate_window(steps: int = DEFAULT_VALIDATE_STEPS, first: int | None = Non
 
 
 class Versions(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
     container: str = "unknown"
     megatron_bridge: str = "unknown"
@@ -82,7 +84,7 @@ class Versions(BaseModel):
 
 
 class Hardware(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     system: str
     gpu_type: str
@@ -95,7 +97,7 @@ class Hardware(BaseModel):
 class Semantics(BaseModel):
     """Data/routing semantics and the run label (docs/domain.md §7.1)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     label: Literal["training-equivalent", "benchmark-only"]
     data: str = Field(description="'mock' or the dataset identity")
@@ -104,7 +106,7 @@ class Semantics(BaseModel):
 
 
 class Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     global_batch_size: int = Field(gt=0)
     micro_batch_size: int = Field(gt=0)
@@ -112,7 +114,7 @@ class Shape(BaseModel):
 
 
 class ContractLayout(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     tp: int = 1
     pp: int = 1
@@ -166,13 +168,15 @@ class Contract(BaseModel):
     validate_: Window = Field(alias="validate")
     dry_run_replay: bool = Field(default=False, description="True: payloads replay recorded logs, no training")
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", by_alias=True)
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
     def sha256(self) -> str:
+        import hashlib
+
         return hashlib.sha256(self.to_yaml().encode()).hexdigest()
 
     def arch(self):
@@ -206,4 +210,6 @@ def load_contract(path: Path) -> Contract:
 
 
 def file_sha256(path: Path) -> str:
+    import hashlib
+
     return hashlib.sha256(path.read_bytes()).hexdigest()
