@@ -12,6 +12,7 @@ The contract is written once by ``moetune sweep init``; its SHA-256 is recorded 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from moetune.errors import InputError
+from moetune.sweep.launcher import Launcher  # noqa: F401 - the contract's launcher (defined with its renderers)
 
 #: iterations the screens drop before their window (step 1 and graph-capture steps; docs/domain.md §7.1)
 DEFAULT_SCREEN_WARMUP = 2
@@ -28,14 +30,11 @@ DEFAULT_SCREEN_ITERS = 10
 DEFAULT_VALIDATE_STEPS = 50
 DEFAULT_VALIDATE_WINDOW = (41, 50)
 
-# Every model but ``Launcher`` is built on first use (``defer_build``): ``moetune plan`` imports this module for the
-# Slurm script's default ``Launcher`` only, and building the contract's schemas at import was ~10 ms of its start-up.
-
 
 class Window(BaseModel):
     """A run length and the inclusive iteration window its step time is measured over."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     steps: int = Field(gt=0, description="train_iters of the run")
     first: int = Field(gt=0, description="first iteration of the steady window (inclusive)")
@@ -72,7 +71,7 @@ def validate_window(steps: int = DEFAULT_VALIDATE_STEPS, first: int | None = Non
 
 
 class Versions(BaseModel):
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = ConfigDict(extra="allow")
 
     container: str = "unknown"
     megatron_bridge: str = "unknown"
@@ -84,7 +83,7 @@ class Versions(BaseModel):
 
 
 class Hardware(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid")
 
     system: str
     gpu_type: str
@@ -97,7 +96,7 @@ class Hardware(BaseModel):
 class Semantics(BaseModel):
     """Data/routing semantics and the run label (docs/domain.md §7.1)."""
 
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid")
 
     label: Literal["training-equivalent", "benchmark-only"]
     data: str = Field(description="'mock' or the dataset identity")
@@ -106,7 +105,7 @@ class Semantics(BaseModel):
 
 
 class Shape(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid")
 
     global_batch_size: int = Field(gt=0)
     micro_batch_size: int = Field(gt=0)
@@ -114,7 +113,7 @@ class Shape(BaseModel):
 
 
 class ContractLayout(BaseModel):
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid")
 
     tp: int = 1
     pp: int = 1
@@ -125,28 +124,6 @@ class ContractLayout(BaseModel):
     dp: int | None = None
     edp: int | None = None
     pipeline_layout: str | None = None
-
-
-class Launcher(BaseModel):
-    """How runs are launched; part of the contract (a different launcher is a different experiment)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    framework: Literal["megatron-bridge", "megatron-lm"] = "megatron-bridge"
-    entry: Literal["run_recipe", "run_script", "pretrain_gpt"] = "run_recipe"
-    recipe: str | None = Field(default=None, description="Bridge recipe function, e.g. qwen3_30b_a3b_pretrain_config")
-    model_family: str | None = Field(default=None, description="perf harness -m (run_script)")
-    model_recipe: str | None = Field(default=None, description="perf harness -mr (run_script)")
-    workdir: str = Field(default="/opt/Megatron-Bridge", description="where the entry script lives on the nodes")
-    container_image: str | None = None
-    container_mounts: list[str] = Field(default_factory=list)
-    account: str | None = None
-    partition: str | None = None
-    time_limit: str = "00:30:00"
-    extra_sbatch: list[str] = Field(default_factory=list, description="extra '#SBATCH' options, e.g. --exclusive")
-    extra_srun: list[str] = Field(default_factory=list)
-    profiler: Literal["nsys", "torch"] = "nsys"
-    profile_steps: tuple[int, int] | None = Field(default=None, description="(start, stop); None = screen window")
 
 
 class Contract(BaseModel):
@@ -168,15 +145,13 @@ class Contract(BaseModel):
     validate_: Window = Field(alias="validate")
     dry_run_replay: bool = Field(default=False, description="True: payloads replay recorded logs, no training")
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", by_alias=True)
         return yaml.safe_dump(data, sort_keys=False, default_flow_style=False)
 
     def sha256(self) -> str:
-        import hashlib
-
         return hashlib.sha256(self.to_yaml().encode()).hexdigest()
 
     def arch(self):
@@ -210,6 +185,4 @@ def load_contract(path: Path) -> Contract:
 
 
 def file_sha256(path: Path) -> str:
-    import hashlib
-
     return hashlib.sha256(path.read_bytes()).hexdigest()

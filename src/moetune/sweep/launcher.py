@@ -12,14 +12,47 @@ from __future__ import annotations
 import re
 import shlex
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from moetune.sweep.contract import Contract, Launcher
+from pydantic import BaseModel, ConfigDict, Field
+
 from moetune.sweep.overrides import harness_flags
-from moetune.sweep.phases import RunSpec
+
+if TYPE_CHECKING:  # annotations only: the planner's Slurm script imports this module without the sweep's contract
+    from moetune.sweep.contract import Contract
+    from moetune.sweep.phases import RunSpec
 
 _PLACEHOLDER = re.compile(r"\{\{([A-Z_]+)\}\}")
 GPU_HARNESS_NAME = {"h100": "h100", "b200": "b200", "b300": "b300", "gb200": "gb200", "gb300": "gb300"}
+
+
+def _no_items() -> list[str]:
+    """A new empty list: ``Launcher``'s list defaults. ``default_factory=list`` would make pydantic read the builtin's
+    signature (``inspect.signature(list)`` parses its text signature with ``tokenize``, compiling tokenize's regular
+    expressions) while building the model, which ``moetune plan`` does for its Slurm script."""
+    return []
+
+
+class Launcher(BaseModel):
+    """How runs are launched; part of the contract (a different launcher is a different experiment)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    framework: Literal["megatron-bridge", "megatron-lm"] = "megatron-bridge"
+    entry: Literal["run_recipe", "run_script", "pretrain_gpt"] = "run_recipe"
+    recipe: str | None = Field(default=None, description="Bridge recipe function, e.g. qwen3_30b_a3b_pretrain_config")
+    model_family: str | None = Field(default=None, description="perf harness -m (run_script)")
+    model_recipe: str | None = Field(default=None, description="perf harness -mr (run_script)")
+    workdir: str = Field(default="/opt/Megatron-Bridge", description="where the entry script lives on the nodes")
+    container_image: str | None = None
+    container_mounts: list[str] = Field(default_factory=_no_items)
+    account: str | None = None
+    partition: str | None = None
+    time_limit: str = "00:30:00"
+    extra_sbatch: list[str] = Field(default_factory=_no_items, description="extra '#SBATCH' options, e.g. --exclusive")
+    extra_srun: list[str] = Field(default_factory=_no_items)
+    profiler: Literal["nsys", "torch"] = "nsys"
+    profile_steps: tuple[int, int] | None = Field(default=None, description="(start, stop); None = screen window")
 
 
 def template(name: str) -> str:

@@ -3,7 +3,8 @@
 Same template as the sweep's runs (``templates/batch.sbatch``): one task per GPU started by ``srun``, RANK /
 WORLD_SIZE / LOCAL_RANK from Slurm, MASTER_ADDR = first node, the features' environment, Megatron-Bridge's
 ``scripts/training/run_recipe.py`` with the recipe and Hydra overrides. Container image, mounts, account and
-partition come from an optional :class:`moetune.sweep.contract.Launcher`.
+partition come from an optional :class:`moetune.sweep.launcher.Launcher`. Only the launcher module is imported,
+not the sweep's contract models.
 """
 
 from __future__ import annotations
@@ -11,8 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from moetune.sweep.contract import Launcher
-from moetune.sweep.launcher import render, sbatch_lines, srun_args
+from moetune.sweep.launcher import Launcher, render, sbatch_lines, srun_args
 
 
 def render_bridge_script(*, job: Any, recipe: str | None, overrides: list[str], env: dict[str, str], nodes: int,
