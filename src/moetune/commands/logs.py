@@ -11,7 +11,6 @@
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from moetune.errors import MoetuneError
 from moetune.output import console, err_console, print_json, readable
@@ -118,6 +117,8 @@ def diagnose_cmd(
     if not findings:
         console.print("no findings: no failure or anomaly recognised in " + ", ".join(files))
         return
+    from rich.markup import escape
+
     for i, f in enumerate(findings, 1):
         console.print(f"[bold]{i}. \\[{f.severity}] {f.kind}[/]: {escape(f.summary)}", markup=True, soft_wrap=True)
         for e in f.evidence[:6]:

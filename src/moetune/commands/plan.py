@@ -1,6 +1,7 @@
 """``moetune plan``: the main job — which layouts and features fit and run fastest, with launchable output."""
 
 import functools
+import sys
 from typing import Annotated, Any
 
 import typer
@@ -173,12 +174,12 @@ def register(app: typer.Typer) -> None:
             bad_precision = precision_unsupported(p, system_obj.gpu.name)
             if bad_precision:
                 raise InputError(f"{system_obj.name}: {bad_precision}", field="precision", value=p)
+        # plain text (no markup, nothing rich would change): printed without rich, which `--json` never loads
         if len(used_default) == len(given):
-            err_console.print(
-                "Planning the embedded default: DeepSeek-V3 on 256 x DGX-H100, GBS 4096, sequence 4096, BF16 "
-                "(pass --model/--system/--gpus/--gbs/--seq/--precision to plan your own job).")
+            print("Planning the embedded default: DeepSeek-V3 on 256 x DGX-H100, GBS 4096, sequence 4096, BF16 "
+                  "(pass --model/--system/--gpus/--gbs/--seq/--precision to plan your own job).", file=sys.stderr)
         elif used_default:
-            err_console.print("defaults used for: " + ", ".join(f"{k}={DEFAULT[k]}" for k in used_default))
+            print("defaults used for: " + ", ".join(f"{k}={DEFAULT[k]}" for k in used_default), file=sys.stderr)
         req = PlanRequest(
             model=model_arch, system=system_obj, gpus=int(vals["gpus"]),
             global_batch_size=int(vals["gbs"]), seq_length=int(vals["seq"]), precisions=precs, mbs_options=mbs_opts,
