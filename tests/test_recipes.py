@@ -68,3 +68,15 @@ def test_calibration_recipe_job_uses_system_identity():
 def test_unknown_recipe():
     with pytest.raises(UnknownNameError, match="closest"):
         get_recipe("deepseek_v3_pretrain_256gpu_b200_bf17_config")
+
+
+def test_catalog_parsed_by_orjson_equals_json():
+    """``_data`` parses ``recipes.json`` with orjson: the same objects as the standard ``json`` module (values, types,
+    key order), compared through ``repr`` so that an int read as a float or a reordered mapping would differ."""
+    import json
+    from importlib import resources
+
+    from moetune.catalog import recipes
+
+    text = resources.files("moetune.catalog").joinpath("recipes.json").read_text()
+    assert repr(recipes._data.__wrapped__()) == repr(json.loads(text))
