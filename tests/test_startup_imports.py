@@ -121,3 +121,25 @@ def _entry_env(argv: list[str], env: dict[str, str]) -> str:
 ])
 def test_entry_turns_pydantic_plugins_off_for_the_planner_only(argv, env, value):
     assert _entry_env(argv, env) == value
+
+
+def test_table_reads_the_launch_config_of_the_first_candidate_only(capsys):
+    """A text plan makes the launch config (Bridge / Megatron-LM / Slurm) of #1 only: the table of a plan's JSON is
+    the same with and without the launch configs of the other candidates."""
+    import json
+
+    from moetune.cli import main
+    from moetune.commands.plan import _render
+
+    with pytest.raises(SystemExit) as exc:
+        main(PLAN)
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["candidates"]) > 1 and all("launch" in c for c in out["candidates"])
+    _render(out)
+    full = capsys.readouterr().out
+    for c in out["candidates"][1:]:
+        del c["launch"]
+    _render(out)
+    assert capsys.readouterr().out == full
+    assert "Launch #1" in full and "Bridge overrides" in full

@@ -193,7 +193,9 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
         cands = res.candidates
         from moetune.plan.ties import group_candidates
-        items = [candidate_json(c, cands[i + 1] if i + 1 < len(cands) else None, starts=res.starts)
+        # the table shows the launch config of #1 only: the others' (Bridge / Megatron-LM / Slurm) are made for --json
+        items = [candidate_json(c, cands[i + 1] if i + 1 < len(cands) else None, starts=res.starts,
+                                with_launch=json_out or i == 0)
                  for i, c in enumerate(cands)]
         out = {
             "request": {"model": req.model.name, "system": req.system.name, "gpus": req.gpus,
