@@ -143,3 +143,69 @@ def test_table_reads_the_launch_config_of_the_first_candidate_only(capsys):
     _render(out)
     assert capsys.readouterr().out == full
     assert "Launch #1" in full and "Bridge overrides" in full
+
+
+def _sanitize(obj):
+    """Replace non-finite floats by None (JSON has no NaN/inf): the former ``output._sanitize``."""
+    import math
+
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_sanitize(v) for v in obj]
+    return obj
+
+
+def _former_to_json_bytes(obj, *, indent=True):
+    """``output.to_json_bytes`` with the Python pass over every value that replaced non-finite floats (the oracle)."""
+    import orjson
+
+    from moetune.output import _default, _plain
+
+    if hasattr(obj, "model_dump"):
+        obj = obj.model_dump(mode="json")
+    opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    try:
+        obj = orjson.loads(orjson.dumps(obj, default=_default, option=opts))
+    except orjson.JSONEncodeError:
+        obj = _plain(obj)
+    return orjson.dumps(_sanitize(obj), option=orjson.OPT_INDENT_2 if indent else 0)
+
+
+def test_json_output_equals_the_sanitising_path():
+    """NaN / inf (Python, numpy scalars and arrays, in keys' values, in tuples, behind ``__json__`` and pydantic),
+    big integers (the pure-Python path), the plan's result types: the same bytes as with the ``_sanitize`` pass."""
+    import dataclasses
+    import enum
+    import math
+    from pathlib import Path
+
+    import numpy as np
+
+    from moetune.output import to_json_bytes
+    from moetune.spec.features import Features
+
+    @dataclasses.dataclass
+    class Row:
+        x: float
+        y: tuple
+
+    class Color(enum.Enum):
+        RED = "red"
+
+    class Custom:
+        def __json__(self):
+            return {"v": math.nan, "w": (1.0, math.inf)}
+
+    nan, inf = math.nan, math.inf
+    cases = [
+        nan, inf, -inf, 1.5, -0.0, None, "s", [nan, (inf, 2)], {"a": nan, 3: (1, -inf), 2.5: [np.float64(nan)]},
+        np.array([1.0, np.nan, np.inf]), np.float32(np.inf), {"n": np.int64(7), "p": Path("/x"), "c": Color.RED},
+        {"set": {3, 1, 2}, "cx": 1 + 2j, "row": Row(nan, (inf, 1))}, Custom(), Features(), {"big": 2**70, "f": nan},
+        [2**64, (nan, inf), {"k": -(2**63) - 1}], {"deep": [[[{"z": [nan] * 3}]]]},
+    ]
+    for obj in cases:
+        for indent in (True, False):
+            assert to_json_bytes(obj, indent=indent) == _former_to_json_bytes(obj, indent=indent), obj

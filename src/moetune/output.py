@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
 import os
 import sys
 from typing import Any
@@ -72,17 +71,6 @@ def _default(obj: Any) -> Any:
     return str(obj)
 
 
-def _sanitize(obj: Any) -> Any:
-    """Replace non-finite floats by None (JSON has no NaN/inf)."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _sanitize(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_sanitize(v) for v in obj]
-    return obj
-
-
 def _plain(obj: Any) -> Any:
     """Pure-Python twin of the orjson pass, for what orjson refuses (integers beyond 64 bits)."""
     if isinstance(obj, dict):
@@ -97,7 +85,8 @@ def _plain(obj: Any) -> Any:
 
 
 def to_json_bytes(obj: Any, *, indent: bool = True) -> bytes:
-    """Serialise ``obj`` (pydantic models, dataclasses, numpy values, any result type) to JSON bytes."""
+    """Serialise ``obj`` (pydantic models, dataclasses, numpy values, any result type) to JSON bytes. Non-finite
+    floats are written as null (JSON has no NaN / inf): orjson writes NaN and +-inf as null, numpy's included."""
     if hasattr(obj, "model_dump"):
         obj = obj.model_dump(mode="json")
     opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
@@ -105,7 +94,7 @@ def to_json_bytes(obj: Any, *, indent: bool = True) -> bytes:
         obj = orjson.loads(orjson.dumps(obj, default=_default, option=opts))
     except orjson.JSONEncodeError:
         obj = _plain(obj)
-    return orjson.dumps(_sanitize(obj), option=orjson.OPT_INDENT_2 if indent else 0)
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2 if indent else 0)
 
 
 def print_json(obj: Any) -> None:
