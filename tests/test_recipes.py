@@ -80,3 +80,44 @@ def test_catalog_parsed_by_orjson_equals_json():
 
     text = resources.files("moetune.catalog").joinpath("recipes.json").read_text()
     assert repr(recipes._data.__wrapped__()) == repr(json.loads(text))
+
+
+def _former_find_recipe(model_name, system_name, gpus=None, precision=None, task="pretrain"):
+    """``find_recipe`` before its record lookup was memoised apart from the expansion (the oracle)."""
+    from moetune.catalog.recipes import _data, _expand, name_key, system_identity
+
+    m, s = name_key(model_name), system_identity(system_name)
+    p = name_key(precision) if precision else None
+    cands = [r for r in _data()["recipes"]
+             if name_key(r["model"]) == m and s in (system_identity(r["system"]), system_identity(r["gpu"]))
+             and not (p and p != name_key(r["precision"])) and not (task and r["task"] != task)]
+    if not cands:
+        return None
+    cands.sort(key=lambda r: (r["variant"] is not None, abs((r["gpus"] or 0) - (gpus or r["gpus"] or 0)),
+                              r["gpus"] or 0))
+    return _expand(cands[0])
+
+
+def test_find_recipe_and_its_name_equal_the_former_lookup():
+    """Every catalog model / system / GPU count / precision / task (and misses): ``find_recipe`` returns what the
+    former lookup returned, twice (the memoised record is not changed by the caller's copy), and
+    ``find_recipe_name`` its name."""
+    from moetune.catalog.recipes import find_recipe, find_recipe_name, list_recipes
+
+    rows = list_recipes()
+    models = sorted({r["model"] for r in rows}) + ["No-Such-Model"]
+    systems = sorted({r["system"] for r in rows} | {r["gpu"] for r in rows}) + ["DGX-H100", "nowhere"]
+    hits = 0
+    for model in models:
+        for system in systems:
+            for gpus in (None, 8, 256):
+                for precision in (None, "bf16", "FP8", "mxfp8"):
+                    for task in ("pretrain", "sft"):
+                        want = _former_find_recipe(model, system, gpus, precision, task)
+                        got = find_recipe(model, system, gpus=gpus, precision=precision, task=task)
+                        if got is not None:
+                            got["config"].clear()  # a caller's change to its copy reaches neither the memo nor _data
+                        assert find_recipe(model, system, gpus=gpus, precision=precision, task=task) == want
+                        assert find_recipe_name(model, system, gpus, precision, task) == (want and want["name"])
+                        hits += want is not None
+    assert hits > 50

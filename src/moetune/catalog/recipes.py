@@ -86,6 +86,22 @@ def find_recipe(model_name: str, system_name: str, gpus: int | None = None, prec
     """Best matching recipe for a model on a system (GPU count / precision optional); None when there is none.
     The system matches by identity (:func:`system_identity` of the recipe's system or GPU), so a GB200 system never
     gets a B200 recipe."""
+    r = _best_record(model_name, system_name, gpus, precision, task)
+    return None if r is None else _expand(r)
+
+
+def find_recipe_name(model_name: str, system_name: str, gpus: int | None = None, precision: str | None = None,
+                     task: str = "pretrain") -> str | None:
+    """The name of :func:`find_recipe`'s recipe, without expanding its config (the planner's launch output)."""
+    r = _best_record(model_name, system_name, gpus, precision, task)
+    return None if r is None else r["name"]
+
+
+@memo(maxsize=256)
+def _best_record(model_name: str, system_name: str, gpus: int | None, precision: str | None,
+                 task: str) -> dict | None:
+    """:func:`find_recipe`'s catalog record, not expanded (shared: read only). The planner asks for the same one
+    for every candidate it reports (five launch configs)."""
     m, s = name_key(model_name), system_identity(system_name)
     p = name_key(precision) if precision else None
     cands = []
@@ -103,7 +119,7 @@ def find_recipe(model_name: str, system_name: str, gpus: int | None = None, prec
         return None
     cands.sort(key=lambda r: (r["variant"] is not None, abs((r["gpus"] or 0) - (gpus or r["gpus"] or 0)),
                               r["gpus"] or 0))
-    return _expand(cands[0])
+    return cands[0]
 
 
 def model_arch_fields(model: str) -> dict:

@@ -70,13 +70,10 @@ def launch_for(job: Job) -> dict[str, Any]:
 
 def _recipe_name(job: Job) -> str | None:
     try:
-        from moetune.catalog.recipes import find_recipe
+        from moetune.catalog.recipes import find_recipe_name
     except ImportError:
         return None
-    r = find_recipe(job.model.name, job.system.name, gpus=job.gpus, precision=job.features.precision)
-    if r is None:
-        return None
-    return r if isinstance(r, str) else getattr(r, "name", None) or r.get("name")
+    return find_recipe_name(job.model.name, job.system.name, gpus=job.gpus, precision=job.features.precision)
 
 
 def slurm_script(job: Job, recipe: str | None, overrides: list[str], env: dict[str, str], nodes: int) -> str:
