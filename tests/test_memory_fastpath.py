@@ -208,3 +208,31 @@ def test_chunk_features_memo_equals_the_projection(jobs):
         assert got == (M.graph_scope(job), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
                        f.cpu_offloading_num_layers if f.cpu_offloading else 0)
         assert got is M.chunk_features(f.model_copy())
+
+
+def _layout_ep_config(job):
+    """The activation config with the layout's own EP size (what :func:`moetune.perfmodel.memory.act_config` gave
+    before it set EP to 1 without the allgather dispatcher)."""
+    lay = job.layout
+    return M._job_act_config(job.features, lay.tp, lay.cp, lay.expert_tp, lay.ep, job.seq_length,
+                             job.micro_batch_size, None)
+
+
+def test_config_without_the_allgather_dispatcher_drops_ep_and_nothing_changes(jobs):
+    """The activation config keeps the layout's EP size only with the allgather dispatcher (the one reader): the
+    itemised memory of every rank (components, chunks, peaks: :func:`moetune.perfmodel.memory._rank_memory`) and
+    the device GiB equal those priced with the layout's EP, on every tested job with EP > 1."""
+    n = gathered = 0
+    for job in jobs:
+        cfg, own = M.act_config(job), _layout_ep_config(job)
+        if job.features.moe_token_dispatcher_type == "allgather":
+            assert cfg is own
+            gathered += job.layout.ep > 1
+            continue
+        assert cfg.ep == 1 and cfg == act.ActConfig(**{**act._asdict(own), "ep": 1})
+        if job.layout.ep == 1:
+            continue
+        assert list(M._rank_memory(job, cfg, True)) == list(M._rank_memory(job, own, True)), (job.layout, job.features)
+        assert list(M._rank_memory(job, cfg, "device")) == list(M._rank_memory(job, own, "device"))
+        n += 1
+    assert n > 300 and gathered > 10

@@ -415,10 +415,13 @@ def routing_factor(job: Job) -> float:
 
 def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
     """The :class:`~moetune.perfmodel.activations.ActConfig` of the job (``recompute``: instead of the job's recompute
-    modules); memoised on the fields it reads (:func:`_job_act_config`)."""
-    lay = job.layout
-    return _job_act_config(job.features, lay.tp, lay.cp, lay.expert_tp, lay.ep, job.seq_length, job.micro_batch_size,
-                           recompute)
+    modules); memoised on the fields it reads (:func:`_job_act_config`). Its EP size is the layout's with the
+    allgather dispatcher and 1 otherwise: only that dispatcher's gathered tokens read it
+    (:func:`moetune.perfmodel.activations.layer_transient_bytes`), so the configs of layouts that differ only in EP
+    are one value, and the activation memos keyed on it share their rows (tests/test_memory_fastpath.py)."""
+    lay, f = job.layout, job.features
+    ep = lay.ep if f.moe_token_dispatcher_type == "allgather" else 1
+    return _job_act_config(f, lay.tp, lay.cp, lay.expert_tp, ep, job.seq_length, job.micro_batch_size, recompute)
 
 
 @memo(maxsize=65536)
