@@ -236,3 +236,32 @@ def test_config_without_the_allgather_dispatcher_drops_ep_and_nothing_changes(jo
         assert list(M._rank_memory(job, cfg, "device")) == list(M._rank_memory(job, own, "device"))
         n += 1
     assert n > 300 and gathered > 10
+
+
+def test_shared_tail_builder_equals_the_jobs_own(jobs):
+    """The runtime tail the fit test uses is built once per value of what it reads
+    (:func:`moetune.perfmodel.runtime_tail.shared_tail_builder` of the layout's sizes and
+    :func:`~moetune.perfmodel.runtime_tail.tail_features`): its items (names, GiB, kinds, assumption texts), per-kind
+    totals and non-PyTorch GiB equal those of ``tail_builder`` of the job itself, on every tested job (and, every
+    5th, its full-iteration graph, local graph, expandable-segments and HybridEP with the other sequence parallelism
+    variants), for several peaks; and the jobs of one builder are many."""
+    from moetune.perfmodel.runtime_tail import tail_builder
+
+    variants = ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ("full_iteration",)},
+                {"cuda_graph_impl": "local", "cuda_graph_scope": ("attn",)}, {"expandable_segments": True})
+    peaks = [(0.0, 0.0), (3.5e9, 0.0), (0.0, 41.25e9), (17e9 / 3, 70e9 / 7)]
+    builders, n = set(), 0
+    for i, job in enumerate(jobs):
+        hybridep = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                    "sequence_parallel": not job.features.sequence_parallel}
+        js = [job] + ([job.model_copy(update={"features": job.features.model_copy(update=u)})
+                       for u in (*variants, hybridep)] if i % 5 == 0 else [])
+        for j in js:
+            shared, own = M._rank_static(j).tail, tail_builder(j)
+            builders.add(id(shared))
+            assert shared.non_torch == own.non_torch
+            for a, b in peaks:
+                assert shared.kinds(a, b) == own.kinds(a, b) and shared.totals(a, b) == own.totals(a, b)
+                assert shared(a, b) == own(a, b), (j.layout, j.features)
+            n += 1
+    assert n > 2 * len(builders)

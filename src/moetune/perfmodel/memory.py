@@ -48,7 +48,7 @@ from moetune.perfmodel.params import (
     mtp_extra_params,
 )
 from moetune.perfmodel.routing import expert_buffer_load, expert_load, rank_capacity_active
-from moetune.perfmodel.runtime_tail import GIB, tail_builder
+from moetune.perfmodel.runtime_tail import GIB, shared_tail_builder, tail_features
 from moetune.spec.features import FP8_PRECISIONS, Features
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout
@@ -830,7 +830,9 @@ class RankStatic(NamedTuple):
     vocab_padded: int
     #: per rank: (model-state components, their sum, per-chunk params, in-flight states array, in-flight states)
     ranks: list[tuple]
-    tail: Callable  #: the runtime tail builder (:func:`moetune.perfmodel.runtime_tail.tail_builder`)
+    #: the runtime tail builder (:func:`moetune.perfmodel.runtime_tail.tail_builder`), shared by the jobs whose tails
+    #: read the same values (:func:`moetune.perfmodel.runtime_tail.shared_tail_builder`)
+    tail: Callable
     signatures: tuple  #: :func:`_chunk_signatures` of the layout
 
 
@@ -856,8 +858,9 @@ def _rank_static_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: i
     :func:`_rank_state_of` (given :func:`state_features`, shared by the dispatcher and CUDA-graph variants), the
     runtime tail builder and the chunk signatures."""
     stages, vocab_padded, ranks = _rank_state_of(m, lay, system, gpus, gbs, mbs, seq, state_features(f))
-    return RankStatic(stages, vocab_padded, ranks, tail_builder(_job_of(m, lay, system, gpus, gbs, mbs, seq, f)),
-                      _chunk_signatures(m, lay))
+    tail = shared_tail_builder(m, system, gpus, gbs, mbs, seq, lay.tp, lay.cp, lay.ep, lay.expert_tp, lay.pp,
+                               tail_features(f))
+    return RankStatic(stages, vocab_padded, ranks, tail, _chunk_signatures(m, lay))
 
 
 @memo(maxsize=32768)
