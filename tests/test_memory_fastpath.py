@@ -154,7 +154,8 @@ def test_inflight_states_of_the_clipped_microbatch_count_equal_the_walk():
                 clip = M._schedule_microbatches(pp, vpp, 10**6, rank)
                 for m in sorted({1, 2, 3, clip - 1, clip, clip + 1, clip + 7, 2 * clip + 3} - {0}):
                     assert M.inflight_states(pp, vpp, m, rank) == walk(pp, vpp, m, rank), (pp, vpp, m, rank)
-                    assert M._inflight_array(pp, vpp, m, rank).tolist() == [list(s) for s in walk(pp, vpp, m, rank)]
+                    clipped = M._inflight_array_of(pp, vpp, M._schedule_microbatches(pp, vpp, m, rank), rank)
+                    assert clipped.tolist() == [list(s) for s in walk(pp, vpp, m, rank)]
                     n += 1
     assert n > 1000
 
@@ -166,7 +167,7 @@ def test_one_state_one_chunk_product_equals_the_matrix_product(jobs):
     for job in jobs:
         m, cfg, fkey = job.model, M.act_config(job), M.chunk_features(job.features)
         static = M._rank_static(job)
-        for idx, (_, _, _, states, inflight) in enumerate(static.ranks):
+        for idx, (_, _, _, states, inflight, _) in enumerate(static.ranks):
             chunk_saved, saved_arr = M._activation_row(m, fkey, cfg, static.signatures[idx], static.vocab_padded)[:2]
             if len(inflight) == 1 == len(chunk_saved):
                 assert inflight[0][0] * chunk_saved[0] == float((states @ saved_arr)[0])
@@ -265,3 +266,62 @@ def test_shared_tail_builder_equals_the_jobs_own(jobs):
                 assert shared(a, b) == own(a, b), (j.layout, j.features)
             n += 1
     assert n > 2 * len(builders)
+
+
+def _rank_peaks_inline(job) -> list[tuple]:
+    """Per PP rank, (in-flight state at the peak, peak saved bytes outside graphs, graphed peak), as
+    :func:`moetune.perfmodel.memory._rank_memory` computed them inline before the per-rank memo
+    (``_rank_activations``), static graph I/O included."""
+    m, cfg, fkey = job.model, M.act_config(job), M.chunk_features(job.features)
+    static = M._rank_static(job)
+    io = M._graphed_io_of(job, cfg, fkey.graph_scope)
+    out = []
+    for idx, rank in enumerate(static.stages):
+        states, inflight = static.ranks[idx][3:5]
+        chunk_saved, saved_arr, graphed_arr = M._activation_row(m, fkey, cfg, static.signatures[rank.pp_rank],
+                                                                static.vocab_padded)[:3]
+        if io is None and len(inflight) == 1 == len(chunk_saved):
+            i_best, best = 0, inflight[0][0] * chunk_saved[0]
+        else:
+            totals = states @ saved_arr
+            i_best = int(totals.argmax() if io is None else (totals + states @ io[rank.pp_rank]).argmax())
+            best = float(totals[i_best])
+        graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
+        out.append((inflight[i_best], best, graphed))
+    return out
+
+
+def test_rank_activation_memo_equals_the_inline_peaks(jobs):
+    """The per-rank activation peak memo (keyed on the row and the schedule: shared by the EP variants of a split)
+    gives every rank's itemised activations, graphed activations and in-flight state at the peak of the inline
+    computation it replaced, bit for bit, on every tested job (those with static graph I/O included), and the saved
+    activation floor its former matrix-product maximum."""
+    n = io = floors = 0
+    for job in jobs:
+        cfg = M.act_config(job)
+        io += M._graphed_io_of(job, cfg, M.chunk_features(job.features).graph_scope) is not None
+        for stage, (state, best, graphed) in zip(M._rank_memory(job, cfg, True), _rank_peaks_inline(job), strict=True):
+            assert stage.components["activations"] == best / M.GIB
+            assert stage.components.get("cuda_graph_activations", 0.0) == (graphed / M.GIB if graphed else 0.0)
+            assert tuple(c.in_flight_at_peak for c in stage.chunks) == state
+            n += 1
+        got = M.saved_activation_floor(job)
+        if got is not None:
+            m, fkey, static = job.model, M.chunk_features(job.features), M._rank_static(job)
+            want = [(static.ranks[i][1] + float((static.ranks[i][3] @ M._activation_row(
+                m, fkey, cfg, static.signatures[i], static.vocab_padded)[1]).max())) / M.GIB + static.tail.non_torch
+                for i in range(len(static.stages))]
+            assert list(got) == want
+            floors += 1
+    assert n > 3000 and io > 50 and floors > 300
+
+
+def test_fit_peaks_equal_the_non_torch_and_reserved_peaks(jobs):
+    """The fit test's one lookup (:func:`moetune.perfmodel.memory.fit_peaks`) gives :func:`non_torch_gib` and
+    :func:`reserved_peaks` of the ranks in the order asked (all, reversed, the last first, none), bit for bit."""
+    for job in jobs[::3]:
+        pp = job.layout.pp
+        for order in ([], list(range(pp)), list(range(pp))[::-1], [pp - 1, *range(pp - 1)]):
+            non_torch, peaks = M.fit_peaks(job, order)
+            assert non_torch == M.non_torch_gib(job)
+            assert list(peaks) == list(M.reserved_peaks(job, order))
