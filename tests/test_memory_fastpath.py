@@ -325,3 +325,50 @@ def test_fit_peaks_equal_the_non_torch_and_reserved_peaks(jobs):
             non_torch, peaks = M.fit_peaks(job, order)
             assert non_torch == M.non_torch_gib(job)
             assert list(peaks) == list(M.reserved_peaks(job, order))
+
+
+def test_offloaded_layer_bytes_memo_equals_the_per_layer_lookups(jobs):
+    """:func:`moetune.perfmodel.memory.cpu_offloaded_layer_bytes` (memoised on the model, activation config, graph
+    scope and layer count) equals the saved bytes of the first N layers looked up one by one, on every tested job
+    with layer-level offloading (and is empty for the others)."""
+    n = 0
+    for job in jobs:
+        f, m = job.features, job.model
+        got = M.cpu_offloaded_layer_bytes(job)
+        if not (f.cpu_offloading and f.cpu_offloading_num_layers) or job.layout.pp > 1:
+            assert got == ()
+            continue
+        cfg, scope = M.act_config(job), M.graph_scope(job)
+        k = max(0, min(f.cpu_offloading_num_layers, m.num_layers - 1))
+        assert got == tuple(act.layer_bytes(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg) for i in range(k))
+        n += 1
+    assert n > 50
+
+
+def test_layout_model_state_equals_the_jobs_own(jobs):
+    """The model state of :func:`moetune.perfmodel.memory._rank_state_of` is priced once per layout, on a job without
+    batch fields (``_layout_state_of``): every rank's components, their sum and per-chunk params equal those of the
+    job itself, and the in-flight states those of its microbatch count, on every other tested job and (every 10th)
+    its Megatron-FSDP, LoRA and FP8-parameter variants."""
+    variants = ({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"},
+                {"task": "lora"}, {"precision": "fp8_cs", "fp8_param_gather": True})
+    n = 0
+    for i, job in enumerate(jobs[::2]):
+        for upd in ({}, *(variants if i % 5 == 0 else ())):
+            m, lay = job.model, job.layout
+            f = M.state_features(job.features.model_copy(update=upd))
+            full = M._job_of(m, lay, job.system, job.gpus, job.global_batch_size, job.micro_batch_size,
+                             job.seq_length, f)
+            stages, vocab, ranks = M._rank_state_of(m, lay, job.system, job.gpus, job.global_batch_size,
+                                                    job.micro_batch_size, job.seq_length, f)
+            assert vocab == m.padded_vocab_size(lay.tp)
+            per_job = (M.state_bytes(full), *M.shard_sizes(full))
+            lora, params = M.lora_rank_params(full), M._all_rank_params(m, lay)
+            largest = M._largest_layer(m, lay.tp, lay.ep, lay.expert_tp) if f.use_megatron_fsdp else 0.0
+            for rank, got in zip(M.pipeline_ranks(m, lay), ranks, strict=True):
+                r = rank.pp_rank
+                comps = M._model_state(full, *params[r][:3], largest, per_job, None if lora is None else lora[r])
+                assert got[:3] == (comps, sum(comps.values()), params[r][3])
+                assert got[4] == M.inflight_states(lay.pp, len(rank.chunks), max(1, full.num_microbatches), r)
+                n += 1
+    assert n > 1000

@@ -678,9 +678,14 @@ def cpu_offloaded_layer_bytes(job: Job) -> tuple[float, ...]:
     if not (f.cpu_offloading and f.cpu_offloading_num_layers) or job.layout.pp > 1:
         return ()
     m = job.model
-    cfg = act_config(job)
-    scope = graph_scope(job)
     n = max(0, min(f.cpu_offloading_num_layers, m.num_layers - 1))
+    return _offloaded_layer_bytes(m, act_config(job), chunk_features(f).graph_scope, n)
+
+
+@memo(maxsize=16384)
+def _offloaded_layer_bytes(m: ModelArch, cfg: act.ActConfig, scope: frozenset[str], n: int) -> tuple[float, ...]:
+    """:func:`cpu_offloaded_layer_bytes` of the first ``n`` decoder layers (``scope``: the job's :func:`graph_scope`);
+    memoised: the step model and the planner's host-memory test read it for every job with offloading."""
     return tuple(_layer_activation(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg, scope)[0] for i in range(n))
 
 
@@ -897,27 +902,39 @@ def _rank_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: in
     """Pipeline ranks, vocabulary padding and, per rank, (model-state components, their sum, per-chunk params,
     in-flight states array, in-flight states, their schedule key: the arguments of :func:`_inflight_states`, the
     microbatch count clipped by :func:`_schedule_microbatches`) of the job (``f``: its :func:`state_features`); read
-    only."""
-    job = _job_of(m, lay, system, gpus, gbs, mbs, seq, f)
-    stages = pipeline_ranks(m, lay)
+    only. The model state is the layout's (:func:`_layout_state_of`), shared by its batch shapes."""
+    stages, vocab_padded, states = _layout_state_of(m, lay, system, gpus, f)
     vpp = len(stages[0].chunks)
-    nmb = max(1, job.num_microbatches)
-    vocab_padded = m.padded_vocab_size(lay.tp)
+    nmb = max(1, lay.num_microbatches(gpus, gbs, mbs))  # Job.num_microbatches
+    ranks = []
+    for rank, (comps, total, per_chunk_params) in zip(stages, states, strict=True):
+        schedule = (lay.pp, vpp, _schedule_microbatches(lay.pp, vpp, nmb, rank.pp_rank), rank.pp_rank)
+        ranks.append((comps, total, per_chunk_params, _inflight_array_of(*schedule), _inflight_states(*schedule),
+                      schedule))
+    return stages, vocab_padded, ranks
+
+
+@memo(maxsize=16384)
+def _layout_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, f: Features) -> tuple:
+    """Pipeline ranks, vocabulary padding and, per rank, (model-state components, their sum, per-chunk params) of the
+    jobs of this layout (``f``: their :func:`state_features`), which read neither the batch nor the sequence: they
+    are priced on a job without those fields (global batch and sequence length absent, so a read would raise; the
+    microbatch size at its default, read by nothing here). Read only."""
+    job = Job.trusted(model=m, system=system, gpus=gpus, layout=lay, features=f)
+    stages = pipeline_ranks(m, lay)
     largest_layer = 0.0
     if f.use_megatron_fsdp:
         largest_layer = _largest_layer(m, lay.tp, lay.ep, lay.expert_tp)
     per_job = (state_bytes(job), *shard_sizes(job))
     params = _all_rank_params(m, lay)
     lora = lora_rank_params(job)
-    ranks = []
+    states = []
     for rank in stages:
         dense, expert, lin, per_chunk_params = params[rank.pp_rank]
         comps = _model_state(job, dense, expert, lin, largest_layer, per_job,
                              None if lora is None else lora[rank.pp_rank])
-        schedule = (lay.pp, vpp, _schedule_microbatches(lay.pp, vpp, nmb, rank.pp_rank), rank.pp_rank)
-        ranks.append((comps, sum(comps.values()), per_chunk_params, _inflight_array_of(*schedule),
-                      _inflight_states(*schedule), schedule))
-    return stages, vocab_padded, ranks
+        states.append((comps, sum(comps.values()), per_chunk_params))
+    return stages, m.padded_vocab_size(lay.tp), states
 
 
 def ladder_drops(f: Features) -> frozenset[str] | None:
