@@ -372,3 +372,44 @@ def test_layout_model_state_equals_the_jobs_own(jobs):
                 assert got[4] == M.inflight_states(lay.pp, len(rank.chunks), max(1, full.num_microbatches), r)
                 n += 1
     assert n > 1000
+
+
+def test_graphed_io_of_the_split_equals_the_layouts_own(jobs):
+    """The static CUDA-graph I/O table is keyed on the pipeline split (``_graphed_io_per_chunk``): equal to the
+    per-chunk sums over the layout's own stages (:func:`moetune.spec.pipeline.pipeline_stages`, unmemoised), on every
+    tested job with graph buffers and (every 5th) its attention, MoE and router graph-scope variants."""
+    scopes = (("attn",), ("moe",), ("mlp", "moe_router"), ("attn", "moe_preprocess"))
+    n = 0
+    for i, job in enumerate(jobs):
+        js = [job] + ([job.model_copy(update={"features": job.features.model_copy(
+            update={"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": sc})}) for sc in scopes]
+            if i % 5 == 0 else [])
+        for j in js:
+            m, cfg = j.model, M.act_config(j)
+            scope = M.graph_scope(j)
+            got = M._graphed_io_of(j, cfg, scope)
+            if got is None:
+                continue
+            hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
+            router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
+            want = []
+            for rank in pipeline_stages(m, j.layout):
+                row = []
+                for ch in rank.chunks:
+                    per_mb = 0.0
+                    for k in ch.layers:
+                        mx, ml = m.mixer_pattern[k], m.mlp_pattern[k]
+                        if ("attn" in scope and mx in "AW") or ("mamba" in scope and mx in "MG"):
+                            per_mb += 2 * hid
+                        if "mlp" in scope and ml == "D":
+                            per_mb += 2 * hid
+                        if ml == "E":
+                            if "moe" in scope:
+                                per_mb += 2 * hid
+                            elif {"moe_router", "moe_preprocess"} & scope:
+                                per_mb += hid + router_out
+                    row.append(per_mb)
+                want.append(row)
+            assert [a.tolist() for a in got] == want, (j.layout, scope)
+            n += 1
+    assert n > 200

@@ -736,16 +736,17 @@ def _graphed_io_of(job: Job, cfg: act.ActConfig, scope: frozenset[str]) -> tuple
     m, lay = job.model, job.layout
     hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
     router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
-    return _graphed_io_per_chunk(m, lay, scope, hid, router_out)
+    return _graphed_io_per_chunk(m, split_fields(lay), scope, hid, router_out)
 
 
 @memo(maxsize=131072)
-def _graphed_io_per_chunk(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float
+def _graphed_io_per_chunk(m: ModelArch, fields: SplitFields, scope: frozenset[str], hid: float, router_out: float
                           ) -> tuple[np.ndarray, ...]:
-    """Per PP rank, per virtual chunk: static graph I/O bytes of one microbatch (:func:`_graphed_io_of`), memoised;
-    read only."""
+    """Per PP rank, per virtual chunk: static graph I/O bytes of one microbatch (:func:`_graphed_io_of`), memoised
+    on the pipeline split (:func:`pipeline_ranks`: the layouts that differ in TP / CP / EP / ETP only share it where
+    their ``hid`` and ``router_out`` are equal); read only."""
     out = []
-    for rank in pipeline_ranks(m, lay):
+    for rank in _pipeline_ranks(m, fields):
         row = []
         for ch in rank.chunks:
             per_mb = 0.0
