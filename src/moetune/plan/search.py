@@ -1269,7 +1269,7 @@ class Search:
             job = self.job_of(lp, feats)
             lk = lp.key()
             first = self._overflow_rank.get(lk, 0)
-            order = [first, *(i for i in range(lp.pp) if i != first)]
+            order = [first, *range(first), *range(first + 1, lp.pp)]
             known = self._reserved.setdefault((lk, reserved_features(self._mem_feats[id(feats)])), {})
             missing = [i for i in order if i not in known]
             non_torch, fresh = fit_peaks(job, missing)
