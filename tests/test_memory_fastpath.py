@@ -338,7 +338,7 @@ def test_offloaded_layer_bytes_memo_equals_the_per_layer_lookups(jobs):
         if not (f.cpu_offloading and f.cpu_offloading_num_layers) or job.layout.pp > 1:
             assert got == ()
             continue
-        cfg, scope = M.act_config(job), M.graph_scope(job)
+        cfg = M.act_config(job)
         k = max(0, min(f.cpu_offloading_num_layers, m.num_layers - 1))
         assert got == tuple(act.layer_bytes(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg) for i in range(k))
         n += 1
