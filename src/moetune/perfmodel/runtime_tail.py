@@ -273,7 +273,7 @@ def tail_features(f: Features) -> Features:
     theirs where the job keeps no full-iteration pool: what :func:`shared_tail_builder` is given, so the jobs whose
     tails read the same values (recompute, offloading, graph-scope and other variants) share one builder. One
     instance per value (:func:`moetune.memo.canonical`). Not validated (a projection for the tail only)."""
-    keep = TAIL_READ_FEATURES if _graph_pool(f) else TAIL_READ_FEATURES[2:]
+    keep = TAIL_READ_FEATURES if _graph_pool(f) else TAIL_READ_FEATURES[2:]  # [2:]: without the two graph fields
     return canonical(Features.model_construct(**{k: getattr(f, k) for k in keep}))
 
 
