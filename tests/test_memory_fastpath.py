@@ -154,7 +154,8 @@ def test_inflight_states_of_the_clipped_microbatch_count_equal_the_walk():
                 clip = M._schedule_microbatches(pp, vpp, 10**6, rank)
                 for m in sorted({1, 2, 3, clip - 1, clip, clip + 1, clip + 7, 2 * clip + 3} - {0}):
                     assert M.inflight_states(pp, vpp, m, rank) == walk(pp, vpp, m, rank), (pp, vpp, m, rank)
-                    assert M._inflight_array(pp, vpp, m, rank).tolist() == [list(s) for s in walk(pp, vpp, m, rank)]
+                    clipped = M._inflight_array_of(pp, vpp, M._schedule_microbatches(pp, vpp, m, rank), rank)
+                    assert clipped.tolist() == [list(s) for s in walk(pp, vpp, m, rank)]
                     n += 1
     assert n > 1000
 
@@ -166,7 +167,7 @@ def test_one_state_one_chunk_product_equals_the_matrix_product(jobs):
     for job in jobs:
         m, cfg, fkey = job.model, M.act_config(job), M.chunk_features(job.features)
         static = M._rank_static(job)
-        for idx, (_, _, _, states, inflight) in enumerate(static.ranks):
+        for idx, (_, _, _, states, inflight, _) in enumerate(static.ranks):
             chunk_saved, saved_arr = M._activation_row(m, fkey, cfg, static.signatures[idx], static.vocab_padded)[:2]
             if len(inflight) == 1 == len(chunk_saved):
                 assert inflight[0][0] * chunk_saved[0] == float((states @ saved_arr)[0])
@@ -208,3 +209,207 @@ def test_chunk_features_memo_equals_the_projection(jobs):
         assert got == (M.graph_scope(job), f.recompute_granularity, f.recompute_method, f.recompute_num_layers,
                        f.cpu_offloading_num_layers if f.cpu_offloading else 0)
         assert got is M.chunk_features(f.model_copy())
+
+
+def _layout_ep_config(job):
+    """The activation config with the layout's own EP size (what :func:`moetune.perfmodel.memory.act_config` gave
+    before it set EP to 1 without the allgather dispatcher)."""
+    lay = job.layout
+    return M._job_act_config(job.features, lay.tp, lay.cp, lay.expert_tp, lay.ep, job.seq_length,
+                             job.micro_batch_size, None)
+
+
+def test_config_without_the_allgather_dispatcher_drops_ep_and_nothing_changes(jobs):
+    """The activation config keeps the layout's EP size only with the allgather dispatcher (the one reader): the
+    itemised memory of every rank (components, chunks, peaks: :func:`moetune.perfmodel.memory._rank_memory`) and
+    the device GiB equal those priced with the layout's EP, on every tested job with EP > 1."""
+    n = gathered = 0
+    for job in jobs:
+        cfg, own = M.act_config(job), _layout_ep_config(job)
+        if job.features.moe_token_dispatcher_type == "allgather":
+            assert cfg is own
+            gathered += job.layout.ep > 1
+            continue
+        assert cfg.ep == 1 and cfg == act.ActConfig(**{**act._asdict(own), "ep": 1})
+        if job.layout.ep == 1:
+            continue
+        assert list(M._rank_memory(job, cfg, True)) == list(M._rank_memory(job, own, True)), (job.layout, job.features)
+        assert list(M._rank_memory(job, cfg, "device")) == list(M._rank_memory(job, own, "device"))
+        n += 1
+    assert n > 300 and gathered > 10
+
+
+def test_shared_tail_builder_equals_the_jobs_own(jobs):
+    """The runtime tail the fit test uses is built once per value of what it reads
+    (:func:`moetune.perfmodel.runtime_tail.shared_tail_builder` of the layout's sizes and
+    :func:`~moetune.perfmodel.runtime_tail.tail_features`): its items (names, GiB, kinds, assumption texts), per-kind
+    totals and non-PyTorch GiB equal those of ``tail_builder`` of the job itself, on every tested job (and, every
+    5th, its full-iteration graph, local graph, expandable-segments and HybridEP with the other sequence parallelism
+    variants), for several peaks; and the jobs of one builder are many."""
+    from moetune.perfmodel.runtime_tail import tail_builder
+
+    variants = ({"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": ("full_iteration",)},
+                {"cuda_graph_impl": "local", "cuda_graph_scope": ("attn",)}, {"expandable_segments": True})
+    peaks = [(0.0, 0.0), (3.5e9, 0.0), (0.0, 41.25e9), (17e9 / 3, 70e9 / 7)]
+    builders, n = set(), 0
+    for i, job in enumerate(jobs):
+        hybridep = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                    "sequence_parallel": not job.features.sequence_parallel}
+        js = [job] + ([job.model_copy(update={"features": job.features.model_copy(update=u)})
+                       for u in (*variants, hybridep)] if i % 5 == 0 else [])
+        for j in js:
+            shared, own = M._rank_static(j).tail, tail_builder(j)
+            builders.add(id(shared))
+            assert shared.non_torch == own.non_torch
+            for a, b in peaks:
+                assert shared.kinds(a, b) == own.kinds(a, b) and shared.totals(a, b) == own.totals(a, b)
+                assert shared(a, b) == own(a, b), (j.layout, j.features)
+            n += 1
+    assert n > 2 * len(builders)
+
+
+def _rank_peaks_inline(job) -> list[tuple]:
+    """Per PP rank, (in-flight state at the peak, peak saved bytes outside graphs, graphed peak), as
+    :func:`moetune.perfmodel.memory._rank_memory` computed them inline before the per-rank memo
+    (``_rank_activations``), static graph I/O included."""
+    m, cfg, fkey = job.model, M.act_config(job), M.chunk_features(job.features)
+    static = M._rank_static(job)
+    io = M._graphed_io_of(job, cfg, fkey.graph_scope)
+    out = []
+    for idx, rank in enumerate(static.stages):
+        states, inflight = static.ranks[idx][3:5]
+        chunk_saved, saved_arr, graphed_arr = M._activation_row(m, fkey, cfg, static.signatures[rank.pp_rank],
+                                                                static.vocab_padded)[:3]
+        if io is None and len(inflight) == 1 == len(chunk_saved):
+            i_best, best = 0, inflight[0][0] * chunk_saved[0]
+        else:
+            totals = states @ saved_arr
+            i_best = int(totals.argmax() if io is None else (totals + states @ io[rank.pp_rank]).argmax())
+            best = float(totals[i_best])
+        graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
+        out.append((inflight[i_best], best, graphed))
+    return out
+
+
+def test_rank_activation_memo_equals_the_inline_peaks(jobs):
+    """The per-rank activation peak memo (keyed on the row and the schedule: shared by the EP variants of a split)
+    gives every rank's itemised activations, graphed activations and in-flight state at the peak of the inline
+    computation it replaced, bit for bit, on every tested job (those with static graph I/O included), and the saved
+    activation floor its former matrix-product maximum."""
+    n = io = floors = 0
+    for job in jobs:
+        cfg = M.act_config(job)
+        io += M._graphed_io_of(job, cfg, M.chunk_features(job.features).graph_scope) is not None
+        for stage, (state, best, graphed) in zip(M._rank_memory(job, cfg, True), _rank_peaks_inline(job), strict=True):
+            assert stage.components["activations"] == best / M.GIB
+            assert stage.components.get("cuda_graph_activations", 0.0) == (graphed / M.GIB if graphed else 0.0)
+            assert tuple(c.in_flight_at_peak for c in stage.chunks) == state
+            n += 1
+        got = M.saved_activation_floor(job)
+        if got is not None:
+            m, fkey, static = job.model, M.chunk_features(job.features), M._rank_static(job)
+            want = [(static.ranks[i][1] + float((static.ranks[i][3] @ M._activation_row(
+                m, fkey, cfg, static.signatures[i], static.vocab_padded)[1]).max())) / M.GIB + static.tail.non_torch
+                for i in range(len(static.stages))]
+            assert list(got) == want
+            floors += 1
+    assert n > 3000 and io > 50 and floors > 300
+
+
+def test_fit_peaks_equal_the_non_torch_and_reserved_peaks(jobs):
+    """The fit test's one lookup (:func:`moetune.perfmodel.memory.fit_peaks`) gives :func:`non_torch_gib` and
+    :func:`reserved_peaks` of the ranks in the order asked (all, reversed, the last first, none), bit for bit."""
+    for job in jobs[::3]:
+        pp = job.layout.pp
+        for order in ([], list(range(pp)), list(range(pp))[::-1], [pp - 1, *range(pp - 1)]):
+            non_torch, peaks = M.fit_peaks(job, order)
+            assert non_torch == M.non_torch_gib(job)
+            assert list(peaks) == list(M.reserved_peaks(job, order))
+
+
+def test_offloaded_layer_bytes_memo_equals_the_per_layer_lookups(jobs):
+    """:func:`moetune.perfmodel.memory.cpu_offloaded_layer_bytes` (memoised on the model, activation config, graph
+    scope and layer count) equals the saved bytes of the first N layers looked up one by one, on every tested job
+    with layer-level offloading (and is empty for the others)."""
+    n = 0
+    for job in jobs:
+        f, m = job.features, job.model
+        got = M.cpu_offloaded_layer_bytes(job)
+        if not (f.cpu_offloading and f.cpu_offloading_num_layers) or job.layout.pp > 1:
+            assert got == ()
+            continue
+        cfg = M.act_config(job)
+        k = max(0, min(f.cpu_offloading_num_layers, m.num_layers - 1))
+        assert got == tuple(act.layer_bytes(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg) for i in range(k))
+        n += 1
+    assert n > 50
+
+
+def test_layout_model_state_equals_the_jobs_own(jobs):
+    """The model state of :func:`moetune.perfmodel.memory._rank_state_of` is priced once per layout, on a job without
+    batch fields (``_layout_state_of``): every rank's components, their sum and per-chunk params equal those of the
+    job itself, and the in-flight states those of its microbatch count, on every other tested job and (every 10th)
+    its Megatron-FSDP, LoRA and FP8-parameter variants."""
+    variants = ({"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"},
+                {"task": "lora"}, {"precision": "fp8_cs", "fp8_param_gather": True})
+    n = 0
+    for i, job in enumerate(jobs[::2]):
+        for upd in ({}, *(variants if i % 5 == 0 else ())):
+            m, lay = job.model, job.layout
+            f = M.state_features(job.features.model_copy(update=upd))
+            full = M._job_of(m, lay, job.system, job.gpus, job.global_batch_size, job.micro_batch_size,
+                             job.seq_length, f)
+            stages, vocab, ranks = M._rank_state_of(m, lay, job.system, job.gpus, job.global_batch_size,
+                                                    job.micro_batch_size, job.seq_length, f)
+            assert vocab == m.padded_vocab_size(lay.tp)
+            per_job = (M.state_bytes(full), *M.shard_sizes(full))
+            lora, params = M.lora_rank_params(full), M._all_rank_params(m, lay)
+            largest = M._largest_layer(m, lay.tp, lay.ep, lay.expert_tp) if f.use_megatron_fsdp else 0.0
+            for rank, got in zip(M.pipeline_ranks(m, lay), ranks, strict=True):
+                r = rank.pp_rank
+                comps = M._model_state(full, *params[r][:3], largest, per_job, None if lora is None else lora[r])
+                assert got[:3] == (comps, sum(comps.values()), params[r][3])
+                assert got[4] == M.inflight_states(lay.pp, len(rank.chunks), max(1, full.num_microbatches), r)
+                n += 1
+    assert n > 1000
+
+
+def test_graphed_io_of_the_split_equals_the_layouts_own(jobs):
+    """The static CUDA-graph I/O table is keyed on the pipeline split (``_graphed_io_per_chunk``): equal to the
+    per-chunk sums over the layout's own stages (:func:`moetune.spec.pipeline.pipeline_stages`, unmemoised), on every
+    tested job with graph buffers and (every 5th) its attention, MoE and router graph-scope variants."""
+    scopes = (("attn",), ("moe",), ("mlp", "moe_router"), ("attn", "moe_preprocess"))
+    n = 0
+    for i, job in enumerate(jobs):
+        js = [job] + ([job.model_copy(update={"features": job.features.model_copy(
+            update={"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": sc})}) for sc in scopes]
+            if i % 5 == 0 else [])
+        for j in js:
+            m, cfg = j.model, M.act_config(j)
+            scope = M.graph_scope(j)
+            got = M._graphed_io_of(j, cfg, scope)
+            if got is None:
+                continue
+            hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
+            router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
+            want = []
+            for rank in pipeline_stages(m, j.layout):
+                row = []
+                for ch in rank.chunks:
+                    per_mb = 0.0
+                    for k in ch.layers:
+                        mx, ml = m.mixer_pattern[k], m.mlp_pattern[k]
+                        if ("attn" in scope and mx in "AW") or ("mamba" in scope and mx in "MG"):
+                            per_mb += 2 * hid
+                        if "mlp" in scope and ml == "D":
+                            per_mb += 2 * hid
+                        if ml == "E":
+                            if "moe" in scope:
+                                per_mb += 2 * hid
+                            elif {"moe_router", "moe_preprocess"} & scope:
+                                per_mb += hid + router_out
+                    row.append(per_mb)
+                want.append(row)
+            assert [a.tolist() for a in got] == want, (j.layout, scope)
+            n += 1
+    assert n > 200

@@ -100,6 +100,7 @@ class ActConfig:
     routing_factor: float  #: ρ: hottest expert rank load / mean (>= 1)
     recompute: frozenset[str] = frozenset()
     offload: frozenset[str] = frozenset()
+    #: EP size, read only with the allgather dispatcher (its gathered tokens); 1 otherwise (``memory.act_config``)
     ep: int = 1
     allgather_dispatcher: bool = False
     te_cross_entropy: bool = False

@@ -48,7 +48,7 @@ from moetune.perfmodel.params import (
     mtp_extra_params,
 )
 from moetune.perfmodel.routing import expert_buffer_load, expert_load, rank_capacity_active
-from moetune.perfmodel.runtime_tail import GIB, tail_builder
+from moetune.perfmodel.runtime_tail import GIB, shared_tail_builder, tail_features
 from moetune.spec.features import FP8_PRECISIONS, Features
 from moetune.spec.job import Job
 from moetune.spec.layout import Layout
@@ -415,10 +415,13 @@ def routing_factor(job: Job) -> float:
 
 def act_config(job: Job, recompute: frozenset[str] | None = None) -> act.ActConfig:
     """The :class:`~moetune.perfmodel.activations.ActConfig` of the job (``recompute``: instead of the job's recompute
-    modules); memoised on the fields it reads (:func:`_job_act_config`)."""
-    lay = job.layout
-    return _job_act_config(job.features, lay.tp, lay.cp, lay.expert_tp, lay.ep, job.seq_length, job.micro_batch_size,
-                           recompute)
+    modules); memoised on the fields it reads (:func:`_job_act_config`). Its EP size is the layout's with the
+    allgather dispatcher and 1 otherwise: only that dispatcher's gathered tokens read it
+    (:func:`moetune.perfmodel.activations.layer_transient_bytes`), so the configs of layouts that differ only in EP
+    are one value, and the activation memos keyed on it share their rows (tests/test_memory_fastpath.py)."""
+    lay, f = job.layout, job.features
+    ep = lay.ep if f.moe_token_dispatcher_type == "allgather" else 1
+    return _job_act_config(f, lay.tp, lay.cp, lay.expert_tp, ep, job.seq_length, job.micro_batch_size, recompute)
 
 
 @memo(maxsize=65536)
@@ -501,14 +504,10 @@ def _inflight_states(pp: int, vpp: int, m: int, rank: int) -> tuple[tuple[int, .
 TIME_ONLY_FEATURES = ("overlap_moe_expert_parallel_comm", "delay_wgrad_compute")
 
 
-def _inflight_array(pp: int, vpp: int, m: int, rank: int) -> np.ndarray:
-    """:func:`inflight_states` as a (states x chunks) float array, for one matrix product per rank (read only; one
-    array for the microbatch counts that share the states, :func:`_schedule_microbatches`)."""
-    return _inflight_array_of(pp, vpp, _schedule_microbatches(pp, vpp, m, rank), rank)
-
-
 @memo(maxsize=4096)
 def _inflight_array_of(pp: int, vpp: int, m: int, rank: int) -> np.ndarray:
+    """:func:`_inflight_states` as a (states x chunks) float array, for one matrix product per rank (read only; ``m``
+    clipped by :func:`_schedule_microbatches`: one array for the microbatch counts that share the states)."""
     return np.asarray(_inflight_states(pp, vpp, m, rank), dtype=float)
 
 
@@ -572,6 +571,30 @@ def _activation_row(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, sigs:
         if r > resident:
             resident = r
     return (tuple(saved), np.asarray(saved), np.asarray(graphed) if any(graphed) else None, trans, resident)
+
+
+@memo(maxsize=262144)
+def _rank_activations(m: ModelArch, fkey: ChunkFeatures, cfg: act.ActConfig, sigs: tuple, vocab_padded: int,
+                      schedule: tuple[int, int, int, int]) -> tuple:
+    """One PP rank's activations at the schedule's peak, without static CUDA-graph I/O: (its :func:`_activation_row`,
+    the index of the in-flight state where the saved activations outside graphs peak (the first maximum, in the
+    sorted order of :func:`inflight_states`), that peak in bytes, the peak of the graphed activations (>= 0));
+    ``schedule``: the arguments of :func:`_inflight_states`. A function of the row and the in-flight states only, so
+    the ranks of many jobs share it (the EP variants of a split, which read the same row and states); read only."""
+    row = _activation_row(m, fkey, cfg, sigs, vocab_padded)
+    chunk_saved, saved_arr, graphed_arr = row[:3]
+    inflight = _inflight_states(*schedule)
+    states = _inflight_array_of(*schedule)
+    if len(inflight) == 1 == len(chunk_saved):
+        # one chunk, one in-flight state (no interleaving): the matrix product is its one term, a product of two
+        # doubles (the in-flight count is a small integer), computed without arrays
+        i_best, best = 0, inflight[0][0] * chunk_saved[0]
+    else:
+        totals = states @ saved_arr
+        i_best = int(totals.argmax())
+        best = float(totals[i_best])
+    best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
+    return row, i_best, best, best_graphed
 
 
 @memo(maxsize=65536)
@@ -655,9 +678,14 @@ def cpu_offloaded_layer_bytes(job: Job) -> tuple[float, ...]:
     if not (f.cpu_offloading and f.cpu_offloading_num_layers) or job.layout.pp > 1:
         return ()
     m = job.model
-    cfg = act_config(job)
-    scope = graph_scope(job)
     n = max(0, min(f.cpu_offloading_num_layers, m.num_layers - 1))
+    return _offloaded_layer_bytes(m, act_config(job), chunk_features(f).graph_scope, n)
+
+
+@memo(maxsize=16384)
+def _offloaded_layer_bytes(m: ModelArch, cfg: act.ActConfig, scope: frozenset[str], n: int) -> tuple[float, ...]:
+    """:func:`cpu_offloaded_layer_bytes` of the first ``n`` decoder layers (``scope``: the job's :func:`graph_scope`);
+    memoised: the step model and the planner's host-memory test read it for every job with offloading."""
     return tuple(_layer_activation(m, m.mixer_pattern[i], m.mlp_pattern[i], cfg, scope)[0] for i in range(n))
 
 
@@ -708,16 +736,17 @@ def _graphed_io_of(job: Job, cfg: act.ActConfig, scope: frozenset[str]) -> tuple
     m, lay = job.model, job.layout
     hid = const("dtype_bytes")["bf16"] * m.hidden_size * cfg.tokens_sp
     router_out = const("router_bytes_per_expert_per_token") * (m.num_moe_experts or 0) * cfg.tokens_sp
-    return _graphed_io_per_chunk(m, lay, scope, hid, router_out)
+    return _graphed_io_per_chunk(m, split_fields(lay), scope, hid, router_out)
 
 
 @memo(maxsize=131072)
-def _graphed_io_per_chunk(m: ModelArch, lay, scope: frozenset[str], hid: float, router_out: float
+def _graphed_io_per_chunk(m: ModelArch, fields: SplitFields, scope: frozenset[str], hid: float, router_out: float
                           ) -> tuple[np.ndarray, ...]:
-    """Per PP rank, per virtual chunk: static graph I/O bytes of one microbatch (:func:`_graphed_io_of`), memoised;
-    read only."""
+    """Per PP rank, per virtual chunk: static graph I/O bytes of one microbatch (:func:`_graphed_io_of`), memoised
+    on the pipeline split (:func:`pipeline_ranks`: the layouts that differ in TP / CP / EP / ETP only share it where
+    their ``hid`` and ``router_out`` are equal); read only."""
     out = []
-    for rank in pipeline_ranks(m, lay):
+    for rank in _pipeline_ranks(m, fields):
         row = []
         for ch in rank.chunks:
             per_mb = 0.0
@@ -759,6 +788,13 @@ def device_peaks(job: Job, order: Iterable[int] | None = None) -> Iterator[tuple
     context, NCCL, DeepEP: what the headroom policy of :func:`estimate_memory` tests) and ``peak_allocated_gib`` of
     its stages (same values, one implementation)."""
     return _rank_memory(job, act_config(job), "device", order)
+
+
+def fit_peaks(job: Job, order: list[int]) -> tuple[float, Iterator[tuple[float, float]]]:
+    """(:func:`non_torch_gib`, :func:`reserved_peaks` of the ranks in ``order``) of the job, with one lookup of its
+    :func:`_rank_static` for both (the planner's fit test reads both; nothing is priced for an empty ``order``)."""
+    static = _rank_static(job)
+    return static.tail.non_torch, _rank_memory(job, act_config(job), False, order, static) if order else iter(())
 
 
 def non_torch_gib(job: Job) -> float:
@@ -825,9 +861,12 @@ class RankStatic(NamedTuple):
 
     stages: tuple[PipelineRank, ...]
     vocab_padded: int
-    #: per rank: (model-state components, their sum, per-chunk params, in-flight states array, in-flight states)
+    #: per rank: (model-state components, their sum, per-chunk params, in-flight states array, in-flight states,
+    #: schedule key), :func:`_rank_state_of`
     ranks: list[tuple]
-    tail: Callable  #: the runtime tail builder (:func:`moetune.perfmodel.runtime_tail.tail_builder`)
+    #: the runtime tail builder (:func:`moetune.perfmodel.runtime_tail.tail_builder`), shared by the jobs whose tails
+    #: read the same values (:func:`moetune.perfmodel.runtime_tail.shared_tail_builder`)
+    tail: Callable
     signatures: tuple  #: :func:`_chunk_signatures` of the layout
 
 
@@ -853,34 +892,50 @@ def _rank_static_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: i
     :func:`_rank_state_of` (given :func:`state_features`, shared by the dispatcher and CUDA-graph variants), the
     runtime tail builder and the chunk signatures."""
     stages, vocab_padded, ranks = _rank_state_of(m, lay, system, gpus, gbs, mbs, seq, state_features(f))
-    return RankStatic(stages, vocab_padded, ranks, tail_builder(_job_of(m, lay, system, gpus, gbs, mbs, seq, f)),
-                      _chunk_signatures(m, lay))
+    tail = shared_tail_builder(m, system, gpus, gbs, mbs, seq, lay.tp, lay.cp, lay.ep, lay.expert_tp, lay.pp,
+                               tail_features(f))
+    return RankStatic(stages, vocab_padded, ranks, tail, _chunk_signatures(m, lay))
 
 
 @memo(maxsize=32768)
 def _rank_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, gbs: int, mbs: int, seq: int,
                    f: Features) -> tuple:
     """Pipeline ranks, vocabulary padding and, per rank, (model-state components, their sum, per-chunk params,
-    in-flight states and their array) of the job (``f``: its :func:`state_features`); read only."""
-    job = _job_of(m, lay, system, gpus, gbs, mbs, seq, f)
-    stages = pipeline_ranks(m, lay)
+    in-flight states array, in-flight states, their schedule key: the arguments of :func:`_inflight_states`, the
+    microbatch count clipped by :func:`_schedule_microbatches`) of the job (``f``: its :func:`state_features`); read
+    only. The model state is the layout's (:func:`_layout_state_of`), shared by its batch shapes."""
+    stages, vocab_padded, states = _layout_state_of(m, lay, system, gpus, f)
     vpp = len(stages[0].chunks)
-    nmb = max(1, job.num_microbatches)
-    vocab_padded = m.padded_vocab_size(lay.tp)
+    nmb = max(1, lay.num_microbatches(gpus, gbs, mbs))  # Job.num_microbatches
+    ranks = []
+    for rank, (comps, total, per_chunk_params) in zip(stages, states, strict=True):
+        schedule = (lay.pp, vpp, _schedule_microbatches(lay.pp, vpp, nmb, rank.pp_rank), rank.pp_rank)
+        ranks.append((comps, total, per_chunk_params, _inflight_array_of(*schedule), _inflight_states(*schedule),
+                      schedule))
+    return stages, vocab_padded, ranks
+
+
+@memo(maxsize=16384)
+def _layout_state_of(m: ModelArch, lay: Layout, system: System, gpus: int, f: Features) -> tuple:
+    """Pipeline ranks, vocabulary padding and, per rank, (model-state components, their sum, per-chunk params) of the
+    jobs of this layout (``f``: their :func:`state_features`), which read neither the batch nor the sequence: they
+    are priced on a job without those fields (global batch and sequence length absent, so a read would raise; the
+    microbatch size at its default, read by nothing here). Read only."""
+    job = Job.trusted(model=m, system=system, gpus=gpus, layout=lay, features=f)
+    stages = pipeline_ranks(m, lay)
     largest_layer = 0.0
     if f.use_megatron_fsdp:
         largest_layer = _largest_layer(m, lay.tp, lay.ep, lay.expert_tp)
     per_job = (state_bytes(job), *shard_sizes(job))
     params = _all_rank_params(m, lay)
     lora = lora_rank_params(job)
-    ranks = []
+    states = []
     for rank in stages:
         dense, expert, lin, per_chunk_params = params[rank.pp_rank]
         comps = _model_state(job, dense, expert, lin, largest_layer, per_job,
                              None if lora is None else lora[rank.pp_rank])
-        ranks.append((comps, sum(comps.values()), per_chunk_params, _inflight_array(lay.pp, vpp, nmb, rank.pp_rank),
-                      inflight_states(lay.pp, vpp, nmb, rank.pp_rank)))
-    return stages, vocab_padded, ranks
+        states.append((comps, sum(comps.values()), per_chunk_params))
+    return stages, m.padded_vocab_size(lay.tp), states
 
 
 def ladder_drops(f: Features) -> frozenset[str] | None:
@@ -933,41 +988,36 @@ def _saved_floor(job: Job, fkey: ChunkFeatures, order: Iterable[int] | None) -> 
     non_torch = tail_of.non_torch
     for idx in range(len(stages)) if order is None else order:
         rank = stages[idx]
-        static, states = ranks[idx][1], ranks[idx][3]
-        saved_arr = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank], vocab_padded)[1]
-        yield (static + float((states @ saved_arr).max())) / GIB + non_torch
+        static, schedule = ranks[idx][1], ranks[idx][5]
+        best = _rank_activations(m, fkey, cfg, sig_rows[rank.pp_rank], vocab_padded, schedule)[2]
+        yield (static + best) / GIB + non_torch
 
 
-def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None) -> Iterator:
+def _rank_memory(job: Job, cfg: act.ActConfig, detail: bool | str, order: Iterable[int] | None = None,
+                 static: RankStatic | None = None) -> Iterator:
     """Per PP rank in ``order`` (default: rank order): a :class:`StageMemory` (``detail`` True) or just
-    (reserved GiB, peak allocated GiB) (False) or (device GiB, peak allocated GiB) (``"device"``)."""
+    (reserved GiB, peak allocated GiB) (False) or (device GiB, peak allocated GiB) (``"device"``). ``static``: the
+    job's :func:`_rank_static` where the caller has it."""
     m, f = job.model, job.features
-    stages, vocab_padded, ranks, tail_of, sig_rows = _rank_static(job)
+    stages, vocab_padded, ranks, tail_of, sig_rows = _rank_static(job) if static is None else static
     tail_kinds = tail_of.kinds
     fkey = chunk_features(f)
     graphed_io_of = _graphed_io_of(job, cfg, fkey.graph_scope)
     for idx in range(len(stages)) if order is None else order:
         rank = stages[idx]
-        comps, static, per_chunk_params, states, inflight = ranks[idx]
-        chunk_saved, saved_arr, graphed_arr, chunk_trans, resident = _activation_row(m, fkey, cfg, sig_rows[rank.pp_rank],
-                                                                                      vocab_padded)
-        if graphed_io_of is None and len(inflight) == 1 == len(chunk_saved):
-            # one chunk, one in-flight state (no interleaving): the matrix product is its one term, a product of
-            # two doubles (the in-flight count is a small integer), computed without arrays
-            i_best, graphed_io = 0, 0.0
-            best = inflight[0][0] * chunk_saved[0]
-        else:
+        comps, static, per_chunk_params, states, inflight, schedule = ranks[idx]
+        row, i_best, best, best_graphed = _rank_activations(m, fkey, cfg, sig_rows[rank.pp_rank], vocab_padded,
+                                                            schedule)
+        chunk_saved, saved_arr, _, chunk_trans, resident = row
+        if graphed_io_of is None:
+            graphed_io = 0.0
+        else:  # static graph I/O is held per in-flight (chunk, microbatch) like the saved activations
             totals = states @ saved_arr
-            if graphed_io_of is None:
-                i_best = int(totals.argmax())  # first maximum, in the sorted order of inflight_states
-                graphed_io = 0.0
-            else:  # static graph I/O is held per in-flight (chunk, microbatch) like the saved activations
-                io_totals = states @ graphed_io_of[rank.pp_rank]
-                i_best = int((totals + io_totals).argmax())
-                graphed_io = float(io_totals[i_best])
+            io_totals = states @ graphed_io_of[rank.pp_rank]
+            i_best = int((totals + io_totals).argmax())
+            graphed_io = float(io_totals[i_best])
             best = float(totals[i_best])
         best_state = inflight[i_best]
-        best_graphed = 0.0 if graphed_arr is None else max(0.0, float((states @ graphed_arr).max()))
         working = chunk_trans + resident
         # Activations inside CUDA graphs come from the graphs' private pool, filled once while capturing (before
         # training, following the schedule order); replays do not allocate. The allocated peak is the larger of the

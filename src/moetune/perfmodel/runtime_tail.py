@@ -20,9 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moetune.catalog.memory_constants import const
+from moetune.memo import canonical, memo
 from moetune.perfmodel.activations import sp_tokens
 from moetune.perfmodel.comm import domains_spanned
+from moetune.spec.features import Features
 from moetune.spec.job import Job
+from moetune.spec.layout import Layout
+from moetune.spec.model import ModelArch
+from moetune.spec.system import System
 
 GIB = float(1 << 30)
 MIB = float(1 << 20)
@@ -158,7 +163,7 @@ def tail_builder(job: Job):
     lib = TailItem("library_workspaces", const("library_workspaces_gib"), "allocated",
                    "cuBLAS + TE cuBLASLt workspaces and small persistent buffers (catalog library_workspaces_gib)")
     pool_factor = None
-    if f.cuda_graph_impl != "none" and "full_iteration" in f.cuda_graph_scope:
+    if _graph_pool(f):
         pool_factor = const("cuda_graph_full_iteration_factor") - 1.0
     frac = const("fragmentation_fraction")["expandable_segments" if f.expandable_segments else "default"]
 
@@ -247,3 +252,36 @@ def tail_builder(job: Job):
     build.kinds = kinds  # type: ignore[attr-defined]
     build.non_torch = non_torch  # type: ignore[attr-defined]  # = kinds(...)[2], the same on every rank
     return build
+
+
+#: The Features fields :func:`tail_builder` reads (the CUDA-graph fields only through the full-iteration pool test
+#: :func:`_graph_pool`); of the rest of the job it reads the layout's TP, CP, EP, ETP and PP (with the GPU count: DP
+#: and EDP), the GPU count, the system's NVLink domain, the model's MoE fields and hidden size, and the sequence length
+#: and microbatch size (HybridEP tokens)
+TAIL_READ_FEATURES = ("cuda_graph_impl", "cuda_graph_scope", "expandable_segments", "moe_token_dispatcher_type",
+                      "moe_flex_dispatcher_backend", "num_distributed_optimizer_instances", "sequence_parallel")
+
+
+def _graph_pool(f: Features) -> bool:
+    """Whether the job keeps a full-iteration CUDA-graph pool (the one graph test of :func:`tail_builder`)."""
+    return f.cuda_graph_impl != "none" and "full_iteration" in f.cuda_graph_scope
+
+
+@memo(maxsize=65536)
+def tail_features(f: Features) -> Features:
+    """The features with every field besides :data:`TAIL_READ_FEATURES` at its default, and the CUDA-graph fields at
+    theirs where the job keeps no full-iteration pool: what :func:`shared_tail_builder` is given, so the jobs whose
+    tails read the same values (recompute, offloading, graph-scope and other variants) share one builder. One
+    instance per value (:func:`moetune.memo.canonical`). Not validated (a projection for the tail only)."""
+    keep = TAIL_READ_FEATURES if _graph_pool(f) else TAIL_READ_FEATURES[2:]  # [2:]: without the two graph fields
+    return canonical(Features.model_construct(**{k: getattr(f, k) for k in keep}))
+
+
+@memo(maxsize=32768)
+def shared_tail_builder(m: ModelArch, system: System, gpus: int, gbs: int, mbs: int, seq: int, tp: int, cp: int,
+                        ep: int, etp: int, pp: int, f: Features):
+    """:func:`tail_builder` of a job with these fields (``f``: its :func:`tail_features`) and a layout of these
+    sizes alone (the pipeline split, VPP and ETP default are not read: :data:`TAIL_READ_FEATURES`); read only."""
+    lay = Layout.trusted(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp)
+    return tail_builder(Job.trusted(model=m, system=system, gpus=gpus, global_batch_size=gbs, micro_batch_size=mbs,
+                                    seq_length=seq, layout=lay, features=f))

@@ -46,12 +46,11 @@ from moetune.perfmodel.memory import (
     cpu_offloaded_layer_bytes,
     device_peaks,
     estimate_memory,
+    fit_peaks,
     fits_capacity,
     headroom_gib,
     ladder_drops,
-    non_torch_gib,
     reserved_features,
-    reserved_peaks,
     saved_activation_floor,
     state_floor_bytes,
 )
@@ -1262,18 +1261,18 @@ class Search:
         device_peaks` adds :func:`~moetune.perfmodel.memory.non_torch_gib`, one float addition), and the reserved
         GiB are the same for the dispatcher variants of a job (:data:`~moetune.perfmodel.memory.DISPATCHER_FEATURES`,
         :func:`~moetune.perfmodel.memory.reserved_features`): a rank's reserved GiB is priced once for all of them
-        (:func:`~moetune.perfmodel.memory.reserved_peaks`), each variant adds its own non-PyTorch GiB."""
+        (:func:`~moetune.perfmodel.memory.reserved_peaks`), each variant adds its own non-PyTorch GiB (both read
+        with one lookup of the job's static part: :func:`~moetune.perfmodel.memory.fit_peaks`)."""
         key = self.mem_key(lp, feats)
         got = self._fit_cache.get(key)
         if got is None:
             job = self.job_of(lp, feats)
             lk = lp.key()
             first = self._overflow_rank.get(lk, 0)
-            order = [first, *(i for i in range(lp.pp) if i != first)]
+            order = [first, *range(first), *range(first + 1, lp.pp)]
             known = self._reserved.setdefault((lk, reserved_features(self._mem_feats[id(feats)])), {})
             missing = [i for i in order if i not in known]
-            fresh = reserved_peaks(job, missing) if missing else iter(())
-            non_torch = non_torch_gib(job)
+            non_torch, fresh = fit_peaks(job, missing)
             ok = True
             for i in order:
                 if i in known:
