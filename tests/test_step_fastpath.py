@@ -439,3 +439,27 @@ def test_step_walls_fields_in_order():
         assert (res.sm_frac, res.ep_overlap_eff, res.schedule) == (sm, r.ep_overlap_eff, (prof.m, prof.pp, prof.vpp))
         assert res.step_host <= res.walls["host"] * (1 + 1e-12) + 1e-15
         assert res == T.StepWalls(**res._asdict())
+
+
+def test_layer_kinds_fields_by_name():
+    """:func:`step._layer_kinds` builds :class:`step.LayerKinds` positionally (``tuple.__new__``): it equals the
+    NamedTuple built field by field by name from the functions each field comes from."""
+    from moetune.perfmodel.memory import cpu_offloaded_layer_bytes, fine_grained_offloaded_bytes
+
+    eff = T.resolve_efficiency(None)
+    for job in _LAYOUT_JOBS + _JOBS[::3] + _PLANNED[::7]:
+        model, lay, f = job.model, job.layout, job.features
+        split = T.pipeline_split(model, lay, job.seq_length)
+        quant = T.quantised_layers(model, f)
+        fused = T.fused_grouped_mlp(model, job.system.gpu.arch, f, lay.expert_tp)
+        rf, rec_a2a, full, notes = T.recompute_selection(f, len(split.layers[0]), split.vpp)
+        got = T._layer_kinds(job, eff, split, quant)
+        want = T.LayerKinds(
+            job=job, types=T._layer_types(model, *quant, f, job.seq_length, job.micro_batch_size, lay.tp, lay.cp,
+                                          lay.ep, lay.expert_tp, job.system.nvlink_domain, eff.kernels, fused),
+            recompute_frac=rf, recompute_a2a=rec_a2a, full_recompute_frac=full, quant_bytes=K.QUANT_BYTES[f.precision],
+            pcls=K.precision_class(f.precision, job.system.gpu.arch), offload_bytes=cpu_offloaded_layer_bytes(job),
+            fg_offload=fine_grained_offloaded_bytes(job), notes=got.notes)
+        assert type(got) is T.LayerKinds and len(got) == len(T.LayerKinds._fields)
+        assert got._asdict() == want._asdict()
+        assert got.notes[:len(notes)] == notes

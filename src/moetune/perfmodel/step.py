@@ -802,18 +802,21 @@ def _layer_kinds(job: Job, eff: Efficiency, split: PipelineSplit, quant: tuple[b
     """:class:`LayerKinds` of ``job`` with pipeline split ``split`` and :func:`quantised_layers` ``quant``: the layer
     kinds' work (:func:`_layer_types`) and the recompute selection (:func:`recompute_selection`), memoised on what
     they read, and the offloaded bytes."""
-    model, lay, feat = job.model, job.layout, job.features
-    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
-    types = _layer_types(model, *quant, feat, job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep,
-                         lay.expert_tp, job.system.nvlink_domain, eff.kernels, fused_mlp)
+    model, lay, feat, sysm = job.model, job.layout, job.features, job.system
+    arch, etp = sysm.gpu.arch, lay.expert_tp
+    fused_mlp = fused_grouped_mlp(model, arch, feat, etp)
+    types = _layer_types(model, *quant, feat, job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep, etp,
+                         sysm.nvlink_domain, eff.kernels, fused_mlp)
     rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), split.vpp)
     if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
         notes = (*notes, "cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
                          "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
                          "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
-    return LayerKinds(job, types, rf, rec_a2a, full_frac, K.QUANT_BYTES[feat.precision],
-                      K.precision_class(feat.precision, job.system.gpu.arch), cpu_offloaded_layer_bytes(job),
-                      fine_grained_offloaded_bytes(job), notes)
+    # LayerKinds(job, types, recompute_frac, recompute_a2a, full_recompute_frac, quant_bytes, pcls, offload_bytes,
+    # fg_offload, notes), built in C as StepWalls is
+    return tuple.__new__(LayerKinds, (job, types, rf, rec_a2a, full_frac, K.QUANT_BYTES[feat.precision],
+                                      K.precision_class(feat.precision, arch), cpu_offloaded_layer_bytes(job),
+                                      fine_grained_offloaded_bytes(job), notes))
 
 
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
