@@ -463,3 +463,13 @@ def test_layer_kinds_fields_by_name():
         assert type(got) is T.LayerKinds and len(got) == len(T.LayerKinds._fields)
         assert got._asdict() == want._asdict()
         assert got.notes[:len(notes)] == notes
+
+
+def test_mla_up_fraction_memo_is_the_fresh_value():
+    """The memoised :func:`step._mla_up_fraction` is the value computed afresh, for MLA and other models."""
+    models = {job.model.name: job.model for job in _JOBS + _PLANNED}
+    assert any(m.multi_latent_attention for m in models.values()) and not all(
+        m.multi_latent_attention for m in models.values())
+    for m in models.values():
+        got = T._mla_up_fraction(m)
+        assert got == T._mla_up_fraction.__wrapped__(m) and (got > 0) == bool(m.multi_latent_attention)

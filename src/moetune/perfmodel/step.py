@@ -222,8 +222,10 @@ def _classify(name: str) -> Kind:
         raise KeyError(f"layer_flops component {name!r} has no work kind in perfmodel.step.COMPONENT_KIND") from None
 
 
+@memo(maxsize=4096)
 def _mla_up_fraction(model: ModelArch) -> float:
-    """Share of MLA projection FLOPs in the up-projections (shape split for ``mla_up_proj`` recompute)."""
+    """Share of MLA projection FLOPs in the up-projections (shape split for ``mla_up_proj`` recompute), memoised
+    (every new attention layer work reads it)."""
     if not model.multi_latent_attention:
         return 0.0
     h, n = model.hidden_size, model.num_attention_heads
