@@ -322,3 +322,154 @@ def test_price_inputs_hash_once_and_pickle_afresh():
     back = pickle.loads(pickle.dumps(q))
     assert type(back) is T.PriceInputs and back == q and "_hash" not in back.__dict__
     assert type(q._replace(tp=2)) is T.PriceInputs and hash(q._replace(tp=2)) == hash(tuple(q._replace(tp=2)))
+
+
+def _stage_works_rank_by_rank(model, lay, seq, mbs, quant_on, bf16_layers, kernels):
+    """moetune 4c30f81 ``step._stage_works``: builds every rank's StageWork, then shares those of equal content."""
+    split = T._pipeline_split(model, T.split_fields(lay), seq, lay.tp)
+    h, tp = model.hidden_size, lay.tp
+    vpad = model.padded_vocab_size(tp)
+    stages, same = [], {}
+    ranks, _ = T._stage_kinds(model, split.layers, split.mtp, quant_on, bf16_layers)
+    for p, (counts, n_layers, dense_p, exp_p) in enumerate(ranks):
+        emb, loss = split.embedding[p], split.loss[p]
+        st = T.StageWork()
+        st.layer_counts = dict(counts)
+        st.layers = n_layers
+        kern = 0.0
+        if emb:
+            kern += kernels["embedding_loss"] / 2
+            dense_p += vpad * h
+        if loss:
+            kern += kernels["embedding_loss"] / 2
+            if model.untie_embeddings_and_output_weights or lay.pp > 1:
+                dense_p += vpad * h
+        st.extra = T._extra_work(model, seq, mbs, lay.cp, tp, emb, loss)
+        st.extra_kernels = kern
+        st.dense_params = dense_p / tp
+        st.expert_params = exp_p / (lay.ep * lay.expert_tp)
+        sig = (tuple(st.layer_counts.items()), emb, loss, st.layers, kern, st.dense_params, st.expert_params)
+        stages.append(same.setdefault(sig, st))
+    return tuple(stages)
+
+
+def test_stage_works_equal_building_every_rank():
+    """:func:`step._stage_works` (a rank whose content an earlier rank has is not built) returns the stages, and the
+    sharing of equal ranks by one object, of building every rank first."""
+    eff = T.resolve_efficiency(None)
+    shared = 0
+    for job in _LAYOUT_JOBS + _JOBS[::3]:
+        args = (job.model, job.layout, job.seq_length, job.micro_batch_size,
+                *T.quantised_layers(job.model, job.features), eff.kernels)
+        got, want = T._stage_works.__wrapped__(*args), _stage_works_rank_by_rank(*args)
+        assert len(got) == len(want)
+        assert [got.index(st) for st in got] == [want.index(st) for st in want]
+        for a, b in zip(got, want, strict=True):
+            assert (a.layer_counts, a.extra, a.extra_kernels, a.dense_params, a.expert_params, a.layers) == (
+                b.layer_counts, b.extra, b.extra_kernels, b.dense_params, b.expert_params, b.layers)
+            assert list(a.layer_counts) == list(b.layer_counts)
+        shared += len(got) - len(set(map(id, got)))
+    assert shared > 50
+
+
+def test_layer_inputs_of_fields_is_the_named_tuple():
+    """:meth:`step.LayerInputs.of_fields` (built with ``tuple.__new__``) equals the NamedTuple built field by field
+    by name, class included, for jobs with LoRA, fused grouped MLP, EP overlap and every dispatcher."""
+    from moetune.perfmodel.routing import expert_load, static_expert_shapes
+
+    n_lora = 0
+    for job in _JOBS + _PLANNED:
+        lay, f = job.layout, job.features
+        fused = T.fused_grouped_mlp(job.model, job.system.gpu.arch, f, lay.expert_tp)
+        lora = f.task == "lora"
+        n_lora += lora
+        want = T.LayerInputs(
+            seq_length=job.seq_length, micro_batch_size=job.micro_batch_size, tp=lay.tp, cp=lay.cp, ep=lay.ep,
+            etp=lay.expert_tp, nvlink_domain=job.system.nvlink_domain, precision=f.precision,
+            moe_token_dispatcher_type=f.moe_token_dispatcher_type,
+            moe_flex_dispatcher_backend=f.moe_flex_dispatcher_backend, sequence_parallel=f.sequence_parallel,
+            cp_comm_type=f.cp_comm_type, cuda_graph_impl=f.cuda_graph_impl, cuda_graph_scope=f.cuda_graph_scope,
+            moe_expert_capacity_factor=f.moe_expert_capacity_factor, tp_comm_overlap=f.tp_comm_overlap,
+            attention_backend=f.attention_backend, moe_grouped_gemm=f.moe_grouped_gemm,
+            moe_permute_fusion=f.moe_permute_fusion, apply_rope_fusion=f.apply_rope_fusion,
+            expert_load=expert_load(f), static_expert_shapes=static_expert_shapes(f),
+            ep_overlap=bool(f.overlap_moe_expert_parallel_comm and lay.ep > 1),
+            shared_expert_overlap=f.moe_shared_expert_overlap,
+            lora_targets=tuple(f.lora_target_modules) if lora else (), lora_dim=f.lora_dim if lora else 0,
+            fused_grouped_mlp=fused)
+        got = T.LayerInputs.of(job)
+        assert type(got) is T.LayerInputs and len(got) == len(T.LayerInputs._fields)
+        assert got == want and got._asdict() == want._asdict()
+    assert n_lora
+
+
+def test_step_walls_stage_lists_are_one_entry_per_stage():
+    """``evaluate``'s per-stage lists (the columns of its per-stage walls, transposed with ``zip``) are lists with
+    one entry per PP rank, equal where the ranks share one stage object, and ``stage_seconds`` is at least the
+    floor and offload walls of each stage (the per-microbatch sum that holds them)."""
+    eff = T.resolve_efficiency(None)
+    for job in _LAYOUT_JOBS + _JOBS[::4]:
+        prof = T.build_profile(job, eff)
+        res = T.evaluate(prof, eff)
+        cols = (res.stage_seconds, res.stage_floor, res.stage_a2a, res.stage_rec_a2a, res.stage_offload,
+                res.stage_partner)
+        for col in cols:
+            assert type(col) is list and len(col) == len(prof.stages) == job.layout.pp
+        for i, st in enumerate(prof.stages):
+            j = prof.stages.index(st)
+            assert all(col[i] == col[j] or col[i] != col[i] for col in cols)
+            assert res.stage_seconds[i] >= res.stage_floor[i] + res.stage_offload[i] - 1e-12 * res.stage_seconds[i]
+        assert res.stage_seconds[res.bottleneck] == max(res.stage_seconds)
+
+
+def test_step_walls_fields_in_order():
+    """``evaluate`` builds :class:`step.StepWalls` positionally (``tuple.__new__``): each field holds what its name
+    says - the walls add up to the step, the bottleneck is the first slowest stage, the detail is the bottleneck's
+    gemm / attention / memory-bound, the rates' EP-overlap efficiency and the dispatcher's SM share, the schedule."""
+    eff = T.resolve_efficiency(None)
+    for job in _LAYOUT_JOBS + _JOBS[::4]:
+        prof = T.build_profile(job, eff)
+        r, sm, _ = T._layer_prices(prof, eff)
+        res = T.evaluate(prof, eff)
+        assert type(res) is T.StepWalls and len(res) == len(T.StepWalls._fields)
+        assert list(res.walls) == list(T.WALL_ORDER) and res.step == sum(res.walls.values())
+        assert type(res.bottleneck) is int and res.bottleneck == int(np.argmax(res.stage_seconds))
+        assert list(res.detail) == ["gemm", "attention", "memory_bound"]
+        assert res.detail["gemm"] <= res.walls["compute"] * (1 + 1e-12)
+        assert (res.sm_frac, res.ep_overlap_eff, res.schedule) == (sm, r.ep_overlap_eff, (prof.m, prof.pp, prof.vpp))
+        assert res.step_host <= res.walls["host"] * (1 + 1e-12) + 1e-15
+        assert res == T.StepWalls(**res._asdict())
+
+
+def test_layer_kinds_fields_by_name():
+    """:func:`step._layer_kinds` builds :class:`step.LayerKinds` positionally (``tuple.__new__``): it equals the
+    NamedTuple built field by field by name from the functions each field comes from."""
+    from moetune.perfmodel.memory import cpu_offloaded_layer_bytes, fine_grained_offloaded_bytes
+
+    eff = T.resolve_efficiency(None)
+    for job in _LAYOUT_JOBS + _JOBS[::3] + _PLANNED[::7]:
+        model, lay, f = job.model, job.layout, job.features
+        split = T.pipeline_split(model, lay, job.seq_length)
+        quant = T.quantised_layers(model, f)
+        fused = T.fused_grouped_mlp(model, job.system.gpu.arch, f, lay.expert_tp)
+        rf, rec_a2a, full, notes = T.recompute_selection(f, len(split.layers[0]), split.vpp)
+        got = T._layer_kinds(job, eff, split, quant)
+        want = T.LayerKinds(
+            job=job, types=T._layer_types(model, *quant, f, job.seq_length, job.micro_batch_size, lay.tp, lay.cp,
+                                          lay.ep, lay.expert_tp, job.system.nvlink_domain, eff.kernels, fused),
+            recompute_frac=rf, recompute_a2a=rec_a2a, full_recompute_frac=full, quant_bytes=K.QUANT_BYTES[f.precision],
+            pcls=K.precision_class(f.precision, job.system.gpu.arch), offload_bytes=cpu_offloaded_layer_bytes(job),
+            fg_offload=fine_grained_offloaded_bytes(job), notes=got.notes)
+        assert type(got) is T.LayerKinds and len(got) == len(T.LayerKinds._fields)
+        assert got._asdict() == want._asdict()
+        assert got.notes[:len(notes)] == notes
+
+
+def test_mla_up_fraction_memo_is_the_fresh_value():
+    """The memoised :func:`step._mla_up_fraction` is the value computed afresh, for MLA and other models."""
+    models = {job.model.name: job.model for job in _JOBS + _PLANNED}
+    assert any(m.multi_latent_attention for m in models.values()) and not all(
+        m.multi_latent_attention for m in models.values())
+    for m in models.values():
+        got = T._mla_up_fraction(m)
+        assert got == T._mla_up_fraction.__wrapped__(m) and (got > 0) == bool(m.multi_latent_attention)

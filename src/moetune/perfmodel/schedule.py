@@ -53,7 +53,7 @@ def pipeline_step(stage_seconds: list[float], m: int, pp: int, vpp: int, stage_h
     unit = s_max
     if vpp > 1 and stage_host:
         hidden = 2.0 / 3.0 if fwd_host_blocks else 1.0
-        unit = max(s - h * hidden for s, h in zip(stage_seconds, stage_host, strict=True))
+        unit = max([s - h * hidden for s, h in zip(stage_seconds, stage_host, strict=True)])  # a list: one frame
     return steady, (pp - 1) / max(vpp, 1) * unit
 
 

@@ -222,8 +222,10 @@ def _classify(name: str) -> Kind:
         raise KeyError(f"layer_flops component {name!r} has no work kind in perfmodel.step.COMPONENT_KIND") from None
 
 
+@memo(maxsize=4096)
 def _mla_up_fraction(model: ModelArch) -> float:
-    """Share of MLA projection FLOPs in the up-projections (shape split for ``mla_up_proj`` recompute)."""
+    """Share of MLA projection FLOPs in the up-projections (shape split for ``mla_up_proj`` recompute), memoised
+    (every new attention layer work reads it)."""
     if not model.multi_latent_attention:
         return 0.0
     h, n = model.hidden_size, model.num_attention_heads
@@ -285,14 +287,16 @@ class LayerInputs(NamedTuple):
     def of_fields(cls, seq: int, mbs: int, tp: int, cp: int, ep: int, etp: int, nvlink_domain: int, f: Features,
                   fused_mlp: bool = False) -> LayerInputs:
         """:meth:`of` from the batch shape, the mesh, the NVLink domain and the features of a job (``fused_mlp``:
-        :func:`fused_grouped_mlp` of the job)."""
-        return cls(seq, mbs, tp, cp, ep, etp, nvlink_domain, f.precision, f.moe_token_dispatcher_type,
-                   f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
-                   f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
-                   f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
-                   static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1),
-                   f.moe_shared_expert_overlap,
-                   *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora" else ((), 0)), fused_mlp)
+        :func:`fused_grouped_mlp` of the job). Built with ``tuple.__new__`` from every field in order (what the
+        NamedTuple's generated ``__new__`` does after binding 28 arguments, at a quarter of its cost)."""
+        return tuple.__new__(cls, (
+            seq, mbs, tp, cp, ep, etp, nvlink_domain, f.precision, f.moe_token_dispatcher_type,
+            f.moe_flex_dispatcher_backend, f.sequence_parallel, f.cp_comm_type, f.cuda_graph_impl,
+            f.cuda_graph_scope, f.moe_expert_capacity_factor, f.tp_comm_overlap, f.attention_backend,
+            f.moe_grouped_gemm, f.moe_permute_fusion, f.apply_rope_fusion, expert_load(f),
+            static_expert_shapes(f), bool(f.overlap_moe_expert_parallel_comm and ep > 1),
+            f.moe_shared_expert_overlap,
+            *((tuple(f.lora_target_modules), f.lora_dim) if f.task == "lora" else ((), 0)), fused_mlp))
 
 
 def fused_grouped_mlp(model: ModelArch, arch: str, f: Features, etp: int) -> bool:
@@ -659,11 +663,9 @@ def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
     stages: list[StageWork] = []
     same: dict[tuple, StageWork] = {}
     ranks, _ = _stage_kinds(model, split.layers, split.mtp, quant_on, bf16_layers)
+    ep_etp = lay.ep * lay.expert_tp
     for p, (counts, n_layers, dense_p, exp_p) in enumerate(ranks):
         emb, loss = split.embedding[p], split.loss[p]
-        st = StageWork()
-        st.layer_counts = dict(counts)
-        st.layers = n_layers
         kern = 0.0
         if emb:
             kern += kernels["embedding_loss"] / 2
@@ -672,15 +674,16 @@ def _stage_works(model: ModelArch, lay: Layout, seq: int, mbs: int, quant_on: bo
             kern += kernels["embedding_loss"] / 2
             if model.untie_embeddings_and_output_weights or lay.pp > 1:
                 dense_p += vpad * h
-        # one work object per value across layouts (it depends on the batch shape, TP and the edge flags only),
-        # so evaluate's price memo (_price_extra, keyed on the object) is shared by every layout
-        st.extra = _extra_work(model, seq, mbs, lay.cp, tp, emb, loss)
-        st.extra_kernels = kern
-        st.dense_params = dense_p / tp
-        st.expert_params = exp_p / (lay.ep * lay.expert_tp)
-        # ranks with the same content share one object (evaluate prices each distinct object once)
-        sig = (tuple(st.layer_counts.items()), emb, loss, st.layers, kern, st.dense_params, st.expert_params)
-        stages.append(same.setdefault(sig, st))
+        dense, expert = dense_p / tp, exp_p / ep_etp
+        # ranks with the same content share one object (evaluate prices each distinct object once), built once
+        sig = (tuple(counts.items()), emb, loss, n_layers, kern, dense, expert)
+        st = same.get(sig)
+        if st is None:
+            # one work object per value across layouts (it depends on the batch shape, TP and the edge flags only),
+            # so evaluate's price memo (_price_extra, keyed on the object) is shared by every layout
+            st = same[sig] = StageWork(dict(counts), _extra_work(model, seq, mbs, lay.cp, tp, emb, loss), kern, dense,
+                                       expert, n_layers)
+        stages.append(st)
     return tuple(stages)
 
 
@@ -801,18 +804,21 @@ def _layer_kinds(job: Job, eff: Efficiency, split: PipelineSplit, quant: tuple[b
     """:class:`LayerKinds` of ``job`` with pipeline split ``split`` and :func:`quantised_layers` ``quant``: the layer
     kinds' work (:func:`_layer_types`) and the recompute selection (:func:`recompute_selection`), memoised on what
     they read, and the offloaded bytes."""
-    model, lay, feat = job.model, job.layout, job.features
-    fused_mlp = fused_grouped_mlp(model, job.system.gpu.arch, feat, lay.expert_tp)
-    types = _layer_types(model, *quant, feat, job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep,
-                         lay.expert_tp, job.system.nvlink_domain, eff.kernels, fused_mlp)
+    model, lay, feat, sysm = job.model, job.layout, job.features, job.system
+    arch, etp = sysm.gpu.arch, lay.expert_tp
+    fused_mlp = fused_grouped_mlp(model, arch, feat, etp)
+    types = _layer_types(model, *quant, feat, job.seq_length, job.micro_batch_size, lay.tp, lay.cp, lay.ep, etp,
+                         sysm.nvlink_domain, eff.kernels, fused_mlp)
     rf, rec_a2a, full_frac, notes = recompute_selection(feat, len(split.layers[0]), split.vpp)
     if feat.cutedsl_fused_grouped_mlp and model.is_moe and not fused_mlp:
         notes = (*notes, "cutedsl_fused_grouped_mlp is set but Transformer Engine does not fuse this job's experts "
                          "(it needs an SM 10.x GPU, MXFP8 or NVFP4, ETP 1, SwiGLU / clamped GLU / squared ReLU and "
                          "sizes that are multiples of 64; rules MOE-091..MOE-095): priced unfused")
-    return LayerKinds(job, types, rf, rec_a2a, full_frac, K.QUANT_BYTES[feat.precision],
-                      K.precision_class(feat.precision, job.system.gpu.arch), cpu_offloaded_layer_bytes(job),
-                      fine_grained_offloaded_bytes(job), notes)
+    # LayerKinds(job, types, recompute_frac, recompute_a2a, full_recompute_frac, quant_bytes, pcls, offload_bytes,
+    # fg_offload, notes), built in C as StepWalls is
+    return tuple.__new__(LayerKinds, (job, types, rf, rec_a2a, full_frac, K.QUANT_BYTES[feat.precision],
+                                      K.precision_class(feat.precision, arch), cpu_offloaded_layer_bytes(job),
+                                      fine_grained_offloaded_bytes(job), notes))
 
 
 def build_profile(job: Job, eff: Efficiency | None = None) -> Profile:
@@ -1108,9 +1114,10 @@ def _price_extra_of(extra: ExtraWork, cr: ComputeRates) -> tuple[float, float, f
     return g, a, e
 
 
-@dataclass(frozen=True, slots=True)
-class StepWalls:
-    """What :func:`evaluate` returns: the step time and its walls (plain floats; the planner's hot path)."""
+class StepWalls(NamedTuple):
+    """What :func:`evaluate` returns: the step time and its walls (plain floats; the planner's hot path). A
+    NamedTuple: immutable (the search's caches share it) and built in C (:func:`evaluate` passes its fields in this
+    order to ``tuple.__new__``; a frozen dataclass sets each field through ``object.__setattr__``)."""
 
     walls: dict[str, float]  #: seconds per wall (keys :data:`WALL_ORDER`); they add up to ``step``
     step: float  #: seconds per step (= :attr:`TimeEstimate.step_time_s`)
@@ -1312,17 +1319,16 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
              comp + exp_tot / 3.0)
         stage_walls.append(w)
         done[st] = w
-    per_mb = [w[10] for w in stage_walls]
+    cols = tuple(zip(*stage_walls))  # per wall, its value on each stage (in C, instead of one list per wall)
+    per_mb = list(cols[10])
     # an interleaved schedule's host enqueues ahead of its GPU except at the forward's dropless host syncs
     blocks = any(lt.launches.syncs > 0 for lt in prof.types.values())
-    steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp, stage_host=[w[5] for w in stage_walls],
-                                     fwd_host_blocks=blocks)
-    bott, top = 0, per_mb[0]  # np.argmax (first maximum) without building an array
-    for i, v in enumerate(per_mb):
-        if v > top:
-            bott, top = i, v
-    if top != top or any(v != v for v in per_mb):  # a NaN: numpy's rule (first NaN)
+    steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp, stage_host=list(cols[5]), fwd_host_blocks=blocks)
+    top = max(per_mb)
+    if top != top or any(map(math.isnan, per_mb)):  # a NaN: numpy's rule (first NaN)
         bott = int(np.argmax(per_mb))
+    else:  # np.argmax (first maximum) without building an array: max keeps the first of equal values
+        bott = per_mb.index(top)
     b_comp, b_rec, b_tp, b_cp, b_ep, b_host, b_gemm, b_attn, b_mem = stage_walls[bott][:9]
     b_off = stage_walls[bott][12]
     # PP send/recv: warm-up/flush transfers are on the critical path; steady-state ones overlap (overlap_p2p_comm)
@@ -1343,11 +1349,11 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     }
     step = sum(walls.values())
     detail = {"gemm": m * b_gemm, "attention": m * b_attn, "memory_bound": m * b_mem}
-    return StepWalls(walls=walls, step=step, stage_seconds=per_mb, bottleneck=bott, detail=detail,
-                     stage_floor=[w[11] for w in stage_walls], stage_a2a=[w[9] for w in stage_walls],
-                     stage_rec_a2a=[w[13] for w in stage_walls], stage_offload=[w[12] for w in stage_walls],
-                     stage_partner=[w[14] for w in stage_walls], sm_frac=sm_frac, step_host=step_host,
-                     ep_overlap_eff=r.ep_overlap_eff, schedule=(m, prof.pp, prof.vpp))
+    # StepWalls(walls, step, stage_seconds, bottleneck, detail, stage_floor, stage_a2a, stage_rec_a2a, stage_offload,
+    # stage_partner, sm_frac, step_host, ep_overlap_eff, schedule)
+    return tuple.__new__(StepWalls, (walls, step, per_mb, bott, detail, list(cols[11]), list(cols[9]), list(cols[13]),
+                                     list(cols[12]), list(cols[14]), sm_frac, step_host, r.ep_overlap_eff,
+                                     (m, prof.pp, prof.vpp)))
 
 
 def _host_copy_gbs(job: Job, duplex: bool = False) -> float:
