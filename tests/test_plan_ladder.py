@@ -309,3 +309,34 @@ def test_plans_with_and_without_the_ladder_memory_floor_agree(args, kw):
     counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
     assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
     assert len(fast._fit_cache) < len(plain._fit_cache)
+
+
+@pytest.mark.parametrize("args,kw", [(("DeepSeek-V2-Lite", 8, 256), dict(top=3)),
+                                     (("DeepSeek-V2-Lite", 4, 256), dict(top=4, seq=8192)),
+                                     (("DeepSeek-V2-Lite", 8, 256, "DGX-A100"), dict(top=3, seq=8192)),
+                                     (("DeepSeek-V3", 128, 1024), dict(top=3))])
+def test_plans_with_and_without_the_ladder_look_ahead_agree(args, kw, monkeypatch):
+    """A core option inside the prefix the memory floor proved unfit is not bounded itself where the ladder's walk
+    past it ends with a later option's rest bound (Search.ladder_ahead_pruned): the same candidates, per-layout
+    bests, closest misses, notes and counters as the search that tests the option's own rest bound first, with
+    fewer base jobs priced; the walk answers both ways on these requests."""
+    fast = P.Search(_sreq(*args, **kw))
+    calls = []
+    real = P.Search.ladder_ahead_pruned
+
+    def spy(self, *a):
+        calls.append(real(self, *a))
+        return calls[-1]
+
+    monkeypatch.setattr(P.Search, "ladder_ahead_pruned", spy)
+    got = fast.run()
+    monkeypatch.setattr(P.Search, "ladder_ahead_pruned", lambda self, *a: False)
+    plain = P.Search(_sreq(*args, **kw))
+    want = plain.run()
+    key = [([(c.sort_key(), c.time.model_dump(), c.recompute_rank, c.job) for c in r.candidates], r.per_layout_best,
+            [] if r.candidates else r.closest, r.notes) for r in (got, want)]
+    assert key[0] == key[1]
+    counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
+    assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
+    assert True in calls and False in calls
+    assert len(fast._time_cache) < len(plain._time_cache)

@@ -771,14 +771,16 @@ class Search:
         the recompute ladder, least recompute first (module docstring step 2). When the least option does not end
         the ladder, one memory floor (:meth:`ladder_prefix_unfit`) may prove the options up to :func:`ladder_cover`
         unfit; their fit tests are then skipped (each would fail and record nothing, so answers and counters are
-        those of testing them)."""
+        those of testing them), and a core option among them is bounded by the rest of the ladder first
+        (:meth:`ladder_ahead_pruned`)."""
         floor_rank = self.rec_opts[-1][0]
         self.layer_offload(lp, mode)
         fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
         unfit_upto = -1  # options 1..unfit_upto are proved not to fit (:meth:`ladder_prefix_unfit`)
         for j, (rank, rec) in enumerate(self.rec_opts):
             if (j and self.schedule_bound and self._ladder_cores[j] and len(self.best) >= self.k
-                    and self.ladder_rest_pruned(lp, mode, j, fitted)):
+                    and (j <= unfit_upto and self.ladder_ahead_pruned(lp, mode, j, unfit_upto, fitted)
+                         or self.ladder_rest_pruned(lp, mode, j, fitted))):
                 # no variant left to fit can be recorded under this option or any later one: the rest of the
                 # ladder would record nothing (its fit tests and option bounds are skipped)
                 self.pruned_bound += 1
@@ -806,6 +808,35 @@ class Search:
                 # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
                 # can make room for a feature that saves more than the recompute costs
                 break
+
+    def ladder_ahead_pruned(self, lp: LayoutPoint, mode: tuple[str, bool], j: int, unfit_upto: int,
+                            fitted: set[tuple]) -> bool:
+        """Whether :meth:`retune`, going on past option ``j`` of the ladder (one that :meth:`ladder_prefix_unfit`
+        proved unfit, ``j <= unfit_upto``), stops at a later option with :meth:`ladder_rest_pruned` before it does
+        anything else: then it ends the ladder exactly as it does at ``j`` where ``ladder_rest_pruned(j)`` holds
+        (``pruned_bound`` + 1, nothing recorded), so that test, which prices option ``j``'s base job, is not needed.
+
+        The walk is :meth:`retune`'s own from ``j + 1``: a core option (:func:`moetune.plan.ladder.ladder_cores`)
+        answers with its :meth:`ladder_rest_pruned`; an option proved unfit is skipped and an option whose fit test
+        fails is passed over, neither changing the counters, ``fitted``, the bests or the bound; an option that fits,
+        the floor option (pass 2 found that it fits) or the end of the ladder answers False (:meth:`retune` then
+        tests ``j`` itself and walks on as before, the fit tests memoised). Option ``i``'s rest test runs with the
+        ``fitted`` set and records :meth:`retune` would give it, only earlier; between the two only the k-th best
+        (shared across processes) and the layout's best can change, both only fall, and a True answer stays True
+        as they fall. So answers and counters are those of testing ``j`` first (tests/test_plan_ladder.py); only the
+        fit tests that the ladder makes after ``j`` where its rest test fails are made where it holds too (they fill
+        memo tables and :meth:`fits`'s rank order, which changes no answer). On DeepSeek-V3 the memory floor covers
+        options 1-6 and option 2 is a core: the walk reaches option 8 after one fit test (option 7)."""
+        floor_rank = self.rec_opts[-1][0]
+        for i in range(j + 1, len(self.rec_opts)):
+            rank, rec = self.rec_opts[i]
+            if self._ladder_cores[i]:
+                return self.ladder_rest_pruned(lp, mode, i, fitted)
+            if i <= unfit_upto and rank != floor_rank:
+                continue
+            if rank == floor_rank or self.fits(lp, self.features(mode, lp, rec)):
+                return False
+        return False
 
     def ladder_prefix_unfit(self, lp: LayoutPoint, mode: tuple[str, bool]) -> bool:
         """Whether no option of the recompute ladder up to :func:`ladder_cover`'s option fits the layout's base
