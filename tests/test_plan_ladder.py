@@ -340,3 +340,48 @@ def test_plans_with_and_without_the_ladder_look_ahead_agree(args, kw, monkeypatc
     assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
     assert True in calls and False in calls
     assert len(fast._time_cache) < len(plain._time_cache)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_PP1))
+def test_offload_variant_bound_never_exceeds_a_variant(lp):
+    """Search.offload_bounds of N offloaded layers is a lower bound on the step time of every layer-offloading
+    variant with N layers that Search.consider may price (each dispatcher / EP-overlap setting, any CUDA graphs)."""
+    req = _OFFLOAD
+    search = P.Search(req)
+    mode = (req.precisions[0], False)
+    none = search.rec_opts[0][1]
+    nl = req.model.num_layers
+    for n in sorted({min(max(1, -(-k * nl // 8)), nl - 1) for k in P.LAYER_OFFLOAD_EIGHTHS}):
+        extra = {"cpu_offloading": True, "cpu_offloading_num_layers": n}
+        bound = search.bounds_of(lp, mode, none, extra)
+        for d in P._dispatcher_variants(req, lp):
+            for g in P._graph_variants(req, {**none, **extra}, d):
+                for ov in P._overlap_variants(req, lp, none):
+                    job = search.job_of(lp, search.features(mode, lp, {**none, **extra, **d, **ov, **g}))
+                    assert bound(d, ov) <= T.estimate_time(job).step_time_s
+
+
+@pytest.mark.parametrize("model,gpus,gbs,system", [("DeepSeek-V2-Lite", 8, 256, "DGX-H100"),
+                                                    ("Mixtral-8x7B", 16, 256, "DGX-H100"),
+                                                    ("GPT-OSS-20B", 8, 128, "DGX-H100"),
+                                                    ("Llama-3-70B", 32, 256, "DGX-H100")])
+def test_plans_with_and_without_the_offload_variant_bound_agree(model, gpus, gbs, system, monkeypatch):
+    """Layer-offloading variants the per-variant bound does not price (Search.offload_bounds in Search.consider)
+    could not have been recorded: the same candidates, per-layout bests, closest misses, notes and counters as the
+    search that prices every fitting offloading variant, and the bound does skip some."""
+    from tests.test_plan_fastpath import _summary
+
+    req = P.PlanRequest(model=get_model(model), system=get_system(system), gpus=gpus, global_batch_size=gbs,
+                        seq_length=4096, top=3)
+    fast = P.Search(req)
+    got = fast.run()
+    real = P.Search.bounds_of
+    monkeypatch.setattr(P.Search, "bounds_of", lambda self, lp, mode, rec, extra: (
+        real(self, lp, mode, rec, extra) if extra is None else None))
+    plain = P.Search(req)
+    want = plain.run()
+    assert _summary(got) == _summary(want)
+    counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
+    assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
+    assert fast.bounded > plain.bounded

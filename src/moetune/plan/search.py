@@ -539,7 +539,7 @@ class Search:
     of its variants could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the
     counters differ) and neither is its full-recompute fit tested: the skip needs a finite bound, so some layout fits,
     and the closest misses (:attr:`PlanResult.closest`) are reported - and complete - only when none does
-    (``exact_ranking`` turns this skip off). A fitting variant whose :meth:`variant_bounds` is at least its layout's
+    (``exact_ranking`` turns this skip off). A fitting variant whose :meth:`bounds_of` is at least its layout's
     best so far or above the k-th best is not priced either (it could not be recorded; the counters are unchanged,
     ``variant_bound=False`` prices it). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
     stopping at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
@@ -565,7 +565,7 @@ class Search:
         self.queue_bound = queue_bound
         self.shared = shared if shared is not None and req.partition[1] > 1 else SharedBound()
         self.schedule_bound = schedule_bound and not req.exact_ranking
-        #: skip pricing the variants that :meth:`variant_bounds` proves cannot be recorded (same result and counters;
+        #: skip pricing the variants that :meth:`bounds_of` proves cannot be recorded (same result and counters;
         #: ``False`` prices every fitting variant, tests/test_plan_fastpath.py compares both)
         self.variant_bound = variant_bound
         self.bounded = 0  # fitting variants not priced by that bound (part of ``feasible``)
@@ -902,17 +902,51 @@ class Search:
         and of the saved bytes of the offloaded layers, which no dispatcher or graph scope changes); offloading more
         layers copies a superset of the bytes behind a window of L // N layers that does not grow, so every term of the
         exposed time is at least as large. A variant is recorded only below its layout's best so far and at most at
-        the k-th best (:meth:`consider`)."""
+        the k-th best (:meth:`consider`). The bounds are :meth:`offload_bounds`' with the layout's EP overlap."""
         req = self.req
-        res = self.time_of(lp, self.features(mode, lp, upd))
-        overlap = any(ov["overlap_moe_expert_parallel_comm"] for ov in _overlap_variants(req, lp, upd))
+        bounds = self.offload_bounds(lp, mode, upd)
+        overlap = {"overlap_moe_expert_parallel_comm": any(ov["overlap_moe_expert_parallel_comm"]
+                                                           for ov in _overlap_variants(req, lp, upd))}
         prev = self.best_by_layout.get(lp.key())
         for disp in _dispatcher_variants(req, lp):
-            bound = _schedule_floor(res, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
-                                    more=res.stage_offload)
+            bound = bounds(disp, overlap)
             if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
                 return False
         return True
+
+    def bounds_of(self, lp: LayoutPoint, mode: tuple[str, bool], rec: dict, extra: dict | None):
+        """The per-variant lower bounds :meth:`consider` tests before pricing a fitting variant of recompute ``rec``
+        with the updates ``extra``: :meth:`variant_bounds` of ``rec`` (no ``extra``), :meth:`offload_bounds` of
+        layer-level CPU offloading (:meth:`layer_offload`), None (no bound) for the offload pass's updates."""
+        if extra is None:
+            return self.variant_bounds(lp, mode, rec)
+        if extra.get("cpu_offloading"):
+            return self.offload_bounds(lp, mode, {**rec, **extra})
+        return None
+
+    def offload_bounds(self, lp: LayoutPoint, mode: tuple[str, bool], upd: dict):
+        """A function of (dispatcher update, overlap update) giving a lower bound on the step time of the variants
+        of the layer-offloading updates ``upd`` (:meth:`layer_offload`: no recompute, ``cpu_offloading_num_layers``
+        N) with that dispatcher and EP-overlap setting, any CUDA-graph setting: the :func:`_schedule_floor` of the
+        job ``upd`` with the base features (the variants' first, priced already where it fits) with the dispatcher's
+        dispatch/combine seconds (:meth:`a2a_of`; without EP overlap the whole of them, ``ep_overlap=False``) plus
+        that job's exposed offload copies per stage (``more=stage_offload``). Proof: that of :meth:`offload_pruned`
+        for N layers (the dispatcher, EP overlap, delayed wgrad and CUDA graphs change neither the invariant walls
+        nor the copies' exposed time), per overlap setting as in :meth:`variant_bounds`. Each bound is computed once
+        per call; :meth:`offload_pruned` reads it at the fewest layers, :meth:`consider` at the N that fits."""
+        res = self.time_of(lp, self.features(mode, lp, upd))
+        got: dict[tuple, float] = {}
+
+        def bound(disp: dict, ov: dict) -> float:
+            key = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
+                   ov["overlap_moe_expert_parallel_comm"])
+            b = got.get(key)
+            if b is None:
+                b = got[key] = _schedule_floor(res, [self.a2a_of(lp, self.features(mode, lp, disp))],
+                                               ep_overlap=key[2], more=res.stage_offload)
+            return b
+
+        return bound
 
     def offload_pass(self) -> None:
         """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256
@@ -960,7 +994,7 @@ class Search:
         any_ok = False
         all_ok = True
         lk = lp.key()
-        bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
+        bounds = self.bounds_of(lp, mode, rec, extra) if self.variant_bound and not dry else None
         overlaps = _overlap_variants(req, lp, rec)  # read only
         for disp in _dispatcher_variants(req, lp):
             for gr in self.graph_variants(upd, disp):
@@ -986,7 +1020,7 @@ class Search:
                     self.feasible += 1
                     prev = self.best_by_layout.get(lk)
                     if bounds is not None:
-                        # a variant whose lower bound (:meth:`variant_bound`) already rules out both tests below is
+                        # a variant whose lower bound (:meth:`bounds_of`) already rules out both tests below is
                         # not priced: it could not be recorded (the bound never exceeds its step time)
                         bound = bounds(disp, ov)
                         if (prev is not None and bound >= prev.step_time_s) or (bound > self.kth_best()
