@@ -385,3 +385,84 @@ def test_plans_with_and_without_the_offload_variant_bound_agree(model, gpus, gbs
     counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
     assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
     assert fast.bounded > plain.bounded
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_DSV2_LAYOUTS + _QWEN_LAYOUTS), st.booleans())
+def test_no_recompute_floor_is_at_most_every_option_floor_bit_for_bit(lp, fp8):
+    """What the first test of Search.ladder_rest_pruned rests on: the base job's (no recompute, the layout's default
+    dispatcher) stage floors are at most those of every recompute option with every dispatcher, bit for bit, and the
+    other inputs of _schedule_floor are the same; so its floor with a dispatcher's seconds is at most each floor the
+    rest bound computes for that dispatcher (option base job with the dispatcher's seconds, the option's own job with
+    the dispatcher), with or without EP overlap, in floats."""
+    from dataclasses import replace
+
+    req = replace(_DSV2 if lp in _DSV2_LAYOUTS else _QWEN, precisions=("bf16", "fp8_cs"))
+    search = P.Search(req)
+    mode = ("fp8_cs" if fp8 else "bf16", False)
+    least = T.estimate_walls(search.job_of(lp, search.features(mode, lp, {})))
+    for disp in P._dispatcher_variants(req, lp):
+        a2a = search.a2a_of(lp, search.features(mode, lp, disp))
+        for _, rec in search.rec_opts:
+            base = T.estimate_walls(search.job_of(lp, search.features(mode, lp, rec)))
+            own = T.estimate_walls(search.job_of(lp, search.features(mode, lp, {**rec, **disp})))
+            for res in (base, own):
+                assert all(x <= y for x, y in zip(least.stage_floor, res.stage_floor, strict=True))
+                assert (least.stage_partner, least.schedule, least.step_host, least.ep_overlap_eff) == (
+                    res.stage_partner, res.schedule, res.step_host, res.ep_overlap_eff)
+                assert [least.walls[w] for w in ("comm_pp", "optimizer")] == [res.walls[w] for w in ("comm_pp",
+                                                                                                   "optimizer")]
+            assert (list(own.stage_a2a), own.sm_frac) == (list(a2a.stage_a2a), a2a.sm_frac)
+            for ov in (False, True):
+                first = P._schedule_floor(least, [a2a], ep_overlap=ov)
+                assert first <= P._schedule_floor(base, [a2a], ep_overlap=ov)
+                assert first <= P._schedule_floor(own, [own], ep_overlap=ov)
+
+
+def _rest_pruned_priced(self, lp, mode, j, fitted):
+    """Search.ladder_rest_pruned without its first, unpriced test (the code it replaced): the oracle."""
+    rec = self.rec_opts[j][1]
+    overlap = self.rest_overlap(lp, j)
+    prev = self.best_by_layout.get(lp.key())
+    own = P._recomputes_dispatch(rec)
+    feats = self.features(mode, lp, rec)
+    for disp in P._dispatcher_variants(self.req, lp):
+        if self.rest_graphs(j, disp) <= fitted:
+            continue
+        if own:
+            base = self.time_of(lp, feats)
+            bound = P._schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
+                                      less=base.stage_rec_a2a)
+            if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
+                continue
+            res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
+            bound = P._schedule_floor(res, [res], ep_overlap=overlap)
+        else:
+            bound = P._schedule_floor(self.time_of(lp, feats), [self.a2a_of(lp, self.features(mode, lp, disp))],
+                                      ep_overlap=overlap)
+        if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("args,kw", [(("DeepSeek-V2-Lite", 8, 256), dict(top=3)),
+                                     (("DeepSeek-V2-Lite", 4, 256), dict(top=4, seq=8192)),
+                                     (("Qwen3-30B-A3B", 16, 1024), dict(top=3)),
+                                     (("DeepSeek-V3", 128, 1024), dict(top=3))])
+def test_rest_bound_answers_as_the_priced_rest_bound(args, kw, monkeypatch):
+    """Search.ladder_rest_pruned answers as the rest bound that prices option ``j`` for every dispatcher (every call
+    of a search, and so the same plans and counters), with fewer jobs priced."""
+    fast = P.Search(_sreq(*args, **kw))
+    real = P.Search.ladder_rest_pruned
+    answers = []
+
+    def both(self, *a):
+        answers.append(real(self, *a))
+        n = len(self._time_cache)
+        assert _rest_pruned_priced(self, *a) == answers[-1]
+        answers.append(len(self._time_cache) > n)  # the oracle priced what the first test did not
+        return answers[-2]
+
+    monkeypatch.setattr(P.Search, "ladder_rest_pruned", both)
+    fast.run()
+    assert True in answers[0::2] and True in answers[1::2]

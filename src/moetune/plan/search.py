@@ -1171,6 +1171,15 @@ class Search:
         in another order differ by far less than the floor's relative 1e-9). A variant is recorded only when its step
         is below its layout's best so far and at most the k-th best (:meth:`consider`); both only fall as the search
         goes on, so a bound at least the first or above the second rules the variant out for the rest of the ladder.
+
+        Each dispatcher is first bounded without pricing option ``j``: by the same floor of the layout's base job,
+        without recompute (priced by :meth:`pass_2`), which is at most option ``j``'s - also in floats, so the answer
+        is the same. Its stage floors are compute + 0.0 + TP + CP with the same compute, TP and CP seconds as option
+        ``j``'s job (with any dispatcher), whose recompute seconds are >= 0; float addition is monotone, and so is
+        :func:`_schedule_floor` in each stage floor (it adds to them, takes their max and multiplies by positive
+        constants); its other inputs (the EP overlap partner, the dispatcher's seconds, the PP send/recv, optimizer
+        and host seconds, the schedule) do not read the recompute option (tests/test_plan_ladder.py compares each
+        bit for bit). Where it rules the dispatcher out, option ``j``'s floor does too.
         """
         req = self.req
         rec = self.rec_opts[j][1]
@@ -1178,22 +1187,27 @@ class Search:
         prev = self.best_by_layout.get(lp.key())
         own = _recomputes_dispatch(rec)
         feats = self.features(mode, lp, rec)
+        least = self.time_of(lp, self.features(mode, lp, {}))  # no recompute: priced by :meth:`pass_2`
         for disp in _dispatcher_variants(req, lp):
             if self.rest_graphs(j, disp) <= fitted:
                 continue
+            a2a = self.a2a_of(lp, self.features(mode, lp, disp))
+            # first without pricing option ``j``: the floor of the base job, without recompute, is at most option
+            # ``j``'s with this dispatcher, in floats too (see the docstring)
+            bound = _schedule_floor(least, [a2a], ep_overlap=overlap)
+            if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
+                continue
             if own:
-                # first without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
+                # then without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
                 # dispatch/combines, plus this dispatcher's (:func:`_schedule_floor`, ``less``)
                 base = self.time_of(lp, feats)
-                bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
-                                        less=base.stage_rec_a2a)
+                bound = _schedule_floor(base, [a2a], ep_overlap=overlap, less=base.stage_rec_a2a)
                 if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
                     continue
                 res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
                 bound = _schedule_floor(res, [res], ep_overlap=overlap)
             else:
-                bound = _schedule_floor(self.time_of(lp, feats),
-                                        [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap)
+                bound = _schedule_floor(self.time_of(lp, feats), [a2a], ep_overlap=overlap)
             if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
                 return False
         return True
