@@ -1533,9 +1533,15 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
         eff = res.ep_overlap_eff if ep_overlap else 0.0
         if 0.0 <= eff <= 1.0:
             late = 1 - 1 / max(m, 1)
-            per_stage = [x + min(ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], res.stage_partner[p]) * late,
-                                          d.sm_frac if ep_overlap else 0.0) for d in by_dispatcher)
-                         for p, x in enumerate(per_stage)]
+            partner = res.stage_partner
+            if len(by_dispatcher) == 1:  # the min of one term is the term
+                a2a, sm = by_dispatcher[0].stage_a2a, by_dispatcher[0].sm_frac if ep_overlap else 0.0
+                per_stage = [x + ep_term(a, eff * min(a, q) * late, sm)
+                             for x, a, q in zip(per_stage, a2a, partner, strict=True)]
+            else:
+                per_stage = [x + min(ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], partner[p]) * late,
+                                              d.sm_frac if ep_overlap else 0.0) for d in by_dispatcher)
+                             for p, x in enumerate(per_stage)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
     return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"] + res.step_host) * (1.0 - 1e-9)
 
