@@ -625,3 +625,24 @@ def test_pass_1_equals_the_per_point_floor(name, gpus, gbs, kw):
         want = P._layout(lp)
         assert lay == want and lay.model_fields_set == want.model_fields_set
         assert {k: v for k, v in lay.__dict__.items() if not k.startswith("_")} == want.__dict__
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_QWEN_LAYOUTS + _DSV2_LAYOUTS) | st.sampled_from(_EP_LAYOUTS))
+def test_schedule_floor_of_one_dispatcher_is_the_min_over_dispatchers(lp):
+    """_schedule_floor with one dispatcher's seconds (its direct path) equals, bit for bit, the general min over the
+    dispatchers given that dispatcher twice, with and without EP overlap, ``less`` and ``more``, on the base job and on jobs with flex dispatchers (SM share), recompute and layer offloading."""
+    req = _QWEN if lp in _QWEN_LAYOUTS else _DSV2
+    search = P.Search(req)
+    mode = (req.precisions[0], False)
+    updates = [{}, {"recompute_granularity": "selective", "recompute_modules": ("moe",)}]
+    if lp.pp == 1:
+        updates.append({"cpu_offloading": True, "cpu_offloading_num_layers": 2})
+    disps = [search.a2a_of(lp, search.features(mode, lp, d)) for d in P._dispatcher_variants(req, lp)]
+    for upd in updates:
+        res = T.estimate_walls(search.job_of(lp, search.features(mode, lp, upd)))
+        for d in [*disps, res]:
+            for ov in (False, True):
+                for kw in ({}, {"less": res.stage_rec_a2a}, {"more": res.stage_offload}):
+                    one = P._schedule_floor(res, [d], ep_overlap=ov, **kw)
+                    assert one == P._schedule_floor(res, [d, d], ep_overlap=ov, **kw)

@@ -309,3 +309,160 @@ def test_plans_with_and_without_the_ladder_memory_floor_agree(args, kw):
     counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
     assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
     assert len(fast._fit_cache) < len(plain._fit_cache)
+
+
+@pytest.mark.parametrize("args,kw", [(("DeepSeek-V2-Lite", 8, 256), dict(top=3)),
+                                     (("DeepSeek-V2-Lite", 4, 256), dict(top=4, seq=8192)),
+                                     (("DeepSeek-V2-Lite", 8, 256, "DGX-A100"), dict(top=3, seq=8192)),
+                                     (("DeepSeek-V3", 128, 1024), dict(top=3))])
+def test_plans_with_and_without_the_ladder_look_ahead_agree(args, kw, monkeypatch):
+    """A core option inside the prefix the memory floor proved unfit is not bounded itself where the ladder's walk
+    past it ends with a later option's rest bound (Search.ladder_ahead_pruned): the same candidates, per-layout
+    bests, closest misses, notes and counters as the search that tests the option's own rest bound first, with
+    fewer base jobs priced; the walk answers both ways on these requests."""
+    fast = P.Search(_sreq(*args, **kw))
+    calls = []
+    real = P.Search.ladder_ahead_pruned
+
+    def spy(self, *a):
+        calls.append(real(self, *a))
+        return calls[-1]
+
+    monkeypatch.setattr(P.Search, "ladder_ahead_pruned", spy)
+    got = fast.run()
+    monkeypatch.setattr(P.Search, "ladder_ahead_pruned", lambda self, *a: False)
+    plain = P.Search(_sreq(*args, **kw))
+    want = plain.run()
+    key = [([(c.sort_key(), c.time.model_dump(), c.recompute_rank, c.job) for c in r.candidates], r.per_layout_best,
+            [] if r.candidates else r.closest, r.notes) for r in (got, want)]
+    assert key[0] == key[1]
+    counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
+    assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
+    assert True in calls and False in calls
+    assert len(fast._time_cache) < len(plain._time_cache)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_PP1))
+def test_offload_variant_bound_never_exceeds_a_variant(lp):
+    """Search.offload_bounds of N offloaded layers is a lower bound on the step time of every layer-offloading
+    variant with N layers that Search.consider may price (each dispatcher / EP-overlap setting, any CUDA graphs)."""
+    req = _OFFLOAD
+    search = P.Search(req)
+    mode = (req.precisions[0], False)
+    none = search.rec_opts[0][1]
+    nl = req.model.num_layers
+    for n in sorted({min(max(1, -(-k * nl // 8)), nl - 1) for k in P.LAYER_OFFLOAD_EIGHTHS}):
+        extra = {"cpu_offloading": True, "cpu_offloading_num_layers": n}
+        bound = search.bounds_of(lp, mode, none, extra)
+        for d in P._dispatcher_variants(req, lp):
+            for g in P._graph_variants(req, {**none, **extra}, d):
+                for ov in P._overlap_variants(req, lp, none):
+                    job = search.job_of(lp, search.features(mode, lp, {**none, **extra, **d, **ov, **g}))
+                    assert bound(d, ov) <= T.estimate_time(job).step_time_s
+
+
+@pytest.mark.parametrize("model,gpus,gbs,system", [("DeepSeek-V2-Lite", 8, 256, "DGX-H100"),
+                                                    ("Mixtral-8x7B", 16, 256, "DGX-H100"),
+                                                    ("GPT-OSS-20B", 8, 128, "DGX-H100"),
+                                                    ("Llama-3-70B", 32, 256, "DGX-H100")])
+def test_plans_with_and_without_the_offload_variant_bound_agree(model, gpus, gbs, system, monkeypatch):
+    """Layer-offloading variants the per-variant bound does not price (Search.offload_bounds in Search.consider)
+    could not have been recorded: the same candidates, per-layout bests, closest misses, notes and counters as the
+    search that prices every fitting offloading variant, and the bound does skip some."""
+    from tests.test_plan_fastpath import _summary
+
+    req = P.PlanRequest(model=get_model(model), system=get_system(system), gpus=gpus, global_batch_size=gbs,
+                        seq_length=4096, top=3)
+    fast = P.Search(req)
+    got = fast.run()
+    real = P.Search.bounds_of
+    monkeypatch.setattr(P.Search, "bounds_of", lambda self, lp, mode, rec, extra: (
+        real(self, lp, mode, rec, extra) if extra is None else None))
+    plain = P.Search(req)
+    want = plain.run()
+    assert _summary(got) == _summary(want)
+    counters = ("searched", "feasible", "layouts", "pruned_memory", "pruned_bound", "rejected_by_check", "rejected_rules")
+    assert [getattr(got, c) for c in counters] == [getattr(want, c) for c in counters]
+    assert fast.bounded > plain.bounded
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(_DSV2_LAYOUTS + _QWEN_LAYOUTS), st.booleans())
+def test_no_recompute_floor_is_at_most_every_option_floor_bit_for_bit(lp, fp8):
+    """What the first test of Search.ladder_rest_pruned rests on: the base job's (no recompute, the layout's default
+    dispatcher) stage floors are at most those of every recompute option with every dispatcher, bit for bit, and the
+    other inputs of _schedule_floor are the same; so its floor with a dispatcher's seconds is at most each floor the
+    rest bound computes for that dispatcher (option base job with the dispatcher's seconds, the option's own job with
+    the dispatcher), with or without EP overlap, in floats."""
+    from dataclasses import replace
+
+    req = replace(_DSV2 if lp in _DSV2_LAYOUTS else _QWEN, precisions=("bf16", "fp8_cs"))
+    search = P.Search(req)
+    mode = ("fp8_cs" if fp8 else "bf16", False)
+    least = T.estimate_walls(search.job_of(lp, search.features(mode, lp, {})))
+    for disp in P._dispatcher_variants(req, lp):
+        a2a = search.a2a_of(lp, search.features(mode, lp, disp))
+        for _, rec in search.rec_opts:
+            base = T.estimate_walls(search.job_of(lp, search.features(mode, lp, rec)))
+            own = T.estimate_walls(search.job_of(lp, search.features(mode, lp, {**rec, **disp})))
+            for res in (base, own):
+                assert all(x <= y for x, y in zip(least.stage_floor, res.stage_floor, strict=True))
+                assert (least.stage_partner, least.schedule, least.step_host, least.ep_overlap_eff) == (
+                    res.stage_partner, res.schedule, res.step_host, res.ep_overlap_eff)
+                assert [least.walls[w] for w in ("comm_pp", "optimizer")] == [res.walls[w] for w in ("comm_pp",
+                                                                                                   "optimizer")]
+            assert (list(own.stage_a2a), own.sm_frac) == (list(a2a.stage_a2a), a2a.sm_frac)
+            for ov in (False, True):
+                first = P._schedule_floor(least, [a2a], ep_overlap=ov)
+                assert first <= P._schedule_floor(base, [a2a], ep_overlap=ov)
+                assert first <= P._schedule_floor(own, [own], ep_overlap=ov)
+
+
+def _rest_pruned_priced(self, lp, mode, j, fitted):
+    """Search.ladder_rest_pruned without its first, unpriced test (the code it replaced): the oracle."""
+    rec = self.rec_opts[j][1]
+    overlap = self.rest_overlap(lp, j)
+    prev = self.best_by_layout.get(lp.key())
+    own = P._recomputes_dispatch(rec)
+    feats = self.features(mode, lp, rec)
+    for disp in P._dispatcher_variants(self.req, lp):
+        if self.rest_graphs(j, disp) <= fitted:
+            continue
+        if own:
+            base = self.time_of(lp, feats)
+            bound = P._schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
+                                      less=base.stage_rec_a2a)
+            if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
+                continue
+            res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
+            bound = P._schedule_floor(res, [res], ep_overlap=overlap)
+        else:
+            bound = P._schedule_floor(self.time_of(lp, feats), [self.a2a_of(lp, self.features(mode, lp, disp))],
+                                      ep_overlap=overlap)
+        if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("args,kw", [(("DeepSeek-V2-Lite", 8, 256), dict(top=3)),
+                                     (("DeepSeek-V2-Lite", 4, 256), dict(top=4, seq=8192)),
+                                     (("Qwen3-30B-A3B", 16, 1024), dict(top=3)),
+                                     (("DeepSeek-V3", 128, 1024), dict(top=3))])
+def test_rest_bound_answers_as_the_priced_rest_bound(args, kw, monkeypatch):
+    """Search.ladder_rest_pruned answers as the rest bound that prices option ``j`` for every dispatcher (every call
+    of a search, and so the same plans and counters), with fewer jobs priced."""
+    fast = P.Search(_sreq(*args, **kw))
+    real = P.Search.ladder_rest_pruned
+    answers = []
+
+    def both(self, *a):
+        answers.append(real(self, *a))
+        n = len(self._time_cache)
+        assert _rest_pruned_priced(self, *a) == answers[-1]
+        answers.append(len(self._time_cache) > n)  # the oracle priced what the first test did not
+        return answers[-2]
+
+    monkeypatch.setattr(P.Search, "ladder_rest_pruned", both)
+    fast.run()
+    assert True in answers[0::2] and True in answers[1::2]

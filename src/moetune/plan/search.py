@@ -538,7 +538,7 @@ class Search:
     of its variants could be recorded, so the candidates and ``per_layout_best`` are those of the full walk (only the
     counters differ) and neither is its full-recompute fit tested: the skip needs a finite bound, so some layout fits,
     and the closest misses (:attr:`PlanResult.closest`) are reported - and complete - only when none does
-    (``exact_ranking`` turns this skip off). A fitting variant whose :meth:`variant_bounds` is at least its layout's
+    (``exact_ranking`` turns this skip off). A fitting variant whose :meth:`bounds_of` is at least its layout's
     best so far or above the k-th best is not priced either (it could not be recorded; the counters are unchanged,
     ``variant_bound=False`` prices it). Memory fits are decided rank by rank (:func:`moetune.perfmodel.memory.device_peaks`,
     stopping at the first rank that overflows); variants are priced by their walls (:func:`moetune.perfmodel.step.
@@ -564,7 +564,7 @@ class Search:
         self.queue_bound = queue_bound
         self.shared = shared if shared is not None and req.partition[1] > 1 else SharedBound()
         self.schedule_bound = schedule_bound and not req.exact_ranking
-        #: skip pricing the variants that :meth:`variant_bounds` proves cannot be recorded (same result and counters;
+        #: skip pricing the variants that :meth:`bounds_of` proves cannot be recorded (same result and counters;
         #: ``False`` prices every fitting variant, tests/test_plan_fastpath.py compares both)
         self.variant_bound = variant_bound
         self.bounded = 0  # fitting variants not priced by that bound (part of ``feasible``)
@@ -770,14 +770,16 @@ class Search:
         the recompute ladder, least recompute first (module docstring step 2). When the least option does not end
         the ladder, one memory floor (:meth:`ladder_prefix_unfit`) may prove the options up to :func:`ladder_cover`
         unfit; their fit tests are then skipped (each would fail and record nothing, so answers and counters are
-        those of testing them)."""
+        those of testing them), and a core option among them is bounded by the rest of the ladder first
+        (:meth:`ladder_ahead_pruned`)."""
         floor_rank = self.rec_opts[-1][0]
         self.layer_offload(lp, mode)
         fitted: set[tuple] = set()  # the (dispatcher, graphs) variants that have fitted at a lesser option
         unfit_upto = -1  # options 1..unfit_upto are proved not to fit (:meth:`ladder_prefix_unfit`)
         for j, (rank, rec) in enumerate(self.rec_opts):
             if (j and self.schedule_bound and self._ladder_cores[j] and len(self.best) >= self.k
-                    and self.ladder_rest_pruned(lp, mode, j, fitted)):
+                    and (j <= unfit_upto and self.ladder_ahead_pruned(lp, mode, j, unfit_upto, fitted)
+                         or self.ladder_rest_pruned(lp, mode, j, fitted))):
                 # no variant left to fit can be recorded under this option or any later one: the rest of the
                 # ladder would record nothing (its fit tests and option bounds are skipped)
                 self.pruned_bound += 1
@@ -805,6 +807,35 @@ class Search:
                 # dispatcher's buffers) does not fit, the ladder goes on for those variants only: more recompute
                 # can make room for a feature that saves more than the recompute costs
                 break
+
+    def ladder_ahead_pruned(self, lp: LayoutPoint, mode: tuple[str, bool], j: int, unfit_upto: int,
+                            fitted: set[tuple]) -> bool:
+        """Whether :meth:`retune`, going on past option ``j`` of the ladder (one that :meth:`ladder_prefix_unfit`
+        proved unfit, ``j <= unfit_upto``), stops at a later option with :meth:`ladder_rest_pruned` before it does
+        anything else: then it ends the ladder exactly as it does at ``j`` where ``ladder_rest_pruned(j)`` holds
+        (``pruned_bound`` + 1, nothing recorded), so that test, which prices option ``j``'s base job, is not needed.
+
+        The walk is :meth:`retune`'s own from ``j + 1``: a core option (:func:`moetune.plan.ladder.ladder_cores`)
+        answers with its :meth:`ladder_rest_pruned`; an option proved unfit is skipped and an option whose fit test
+        fails is passed over, neither changing the counters, ``fitted``, the bests or the bound; an option that fits,
+        the floor option (pass 2 found that it fits) or the end of the ladder answers False (:meth:`retune` then
+        tests ``j`` itself and walks on as before, the fit tests memoised). Option ``i``'s rest test runs with the
+        ``fitted`` set and records :meth:`retune` would give it, only earlier; between the two only the k-th best
+        (shared across processes) and the layout's best can change, both only fall, and a True answer stays True
+        as they fall. So answers and counters are those of testing ``j`` first (tests/test_plan_ladder.py); only the
+        fit tests that the ladder makes after ``j`` where its rest test fails are made where it holds too (they fill
+        memo tables and :meth:`fits`'s rank order, which changes no answer). On DeepSeek-V3 the memory floor covers
+        options 1-6 and option 2 is a core: the walk reaches option 8 after one fit test (option 7)."""
+        floor_rank = self.rec_opts[-1][0]
+        for i in range(j + 1, len(self.rec_opts)):
+            rank, rec = self.rec_opts[i]
+            if self._ladder_cores[i]:
+                return self.ladder_rest_pruned(lp, mode, i, fitted)
+            if i <= unfit_upto and rank != floor_rank:
+                continue
+            if rank == floor_rank or self.fits(lp, self.features(mode, lp, rec)):
+                return False
+        return False
 
     def ladder_prefix_unfit(self, lp: LayoutPoint, mode: tuple[str, bool]) -> bool:
         """Whether no option of the recompute ladder up to :func:`ladder_cover`'s option fits the layout's base
@@ -870,17 +901,51 @@ class Search:
         and of the saved bytes of the offloaded layers, which no dispatcher or graph scope changes); offloading more
         layers copies a superset of the bytes behind a window of L // N layers that does not grow, so every term of the
         exposed time is at least as large. A variant is recorded only below its layout's best so far and at most at
-        the k-th best (:meth:`consider`)."""
+        the k-th best (:meth:`consider`). The bounds are :meth:`offload_bounds`' with the layout's EP overlap."""
         req = self.req
-        res = self.time_of(lp, self.features(mode, lp, upd))
-        overlap = any(ov["overlap_moe_expert_parallel_comm"] for ov in _overlap_variants(req, lp, upd))
+        bounds = self.offload_bounds(lp, mode, upd)
+        overlap = {"overlap_moe_expert_parallel_comm": any(ov["overlap_moe_expert_parallel_comm"]
+                                                           for ov in _overlap_variants(req, lp, upd))}
         prev = self.best_by_layout.get(lp.key())
         for disp in _dispatcher_variants(req, lp):
-            bound = _schedule_floor(res, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
-                                    more=res.stage_offload)
+            bound = bounds(disp, overlap)
             if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
                 return False
         return True
+
+    def bounds_of(self, lp: LayoutPoint, mode: tuple[str, bool], rec: dict, extra: dict | None):
+        """The per-variant lower bounds :meth:`consider` tests before pricing a fitting variant of recompute ``rec``
+        with the updates ``extra``: :meth:`variant_bounds` of ``rec`` (no ``extra``), :meth:`offload_bounds` of
+        layer-level CPU offloading (:meth:`layer_offload`), None (no bound) for the offload pass's updates."""
+        if extra is None:
+            return self.variant_bounds(lp, mode, rec)
+        if extra.get("cpu_offloading"):
+            return self.offload_bounds(lp, mode, {**rec, **extra})
+        return None
+
+    def offload_bounds(self, lp: LayoutPoint, mode: tuple[str, bool], upd: dict):
+        """A function of (dispatcher update, overlap update) giving a lower bound on the step time of the variants
+        of the layer-offloading updates ``upd`` (:meth:`layer_offload`: no recompute, ``cpu_offloading_num_layers``
+        N) with that dispatcher and EP-overlap setting, any CUDA-graph setting: the :func:`_schedule_floor` of the
+        job ``upd`` with the base features (the variants' first, priced already where it fits) with the dispatcher's
+        dispatch/combine seconds (:meth:`a2a_of`; without EP overlap the whole of them, ``ep_overlap=False``) plus
+        that job's exposed offload copies per stage (``more=stage_offload``). Proof: that of :meth:`offload_pruned`
+        for N layers (the dispatcher, EP overlap, delayed wgrad and CUDA graphs change neither the invariant walls
+        nor the copies' exposed time), per overlap setting as in :meth:`variant_bounds`. Each bound is computed once
+        per call; :meth:`offload_pruned` reads it at the fewest layers, :meth:`consider` at the N that fits."""
+        res = self.time_of(lp, self.features(mode, lp, upd))
+        got: dict[tuple, float] = {}
+
+        def bound(disp: dict, ov: dict) -> float:
+            key = (disp["moe_token_dispatcher_type"], disp["moe_flex_dispatcher_backend"],
+                   ov["overlap_moe_expert_parallel_comm"])
+            b = got.get(key)
+            if b is None:
+                b = got[key] = _schedule_floor(res, [self.a2a_of(lp, self.features(mode, lp, disp))],
+                                               ep_overlap=key[2], more=res.stage_offload)
+            return b
+
+        return bound
 
     def offload_pass(self) -> None:
         """When no layout fits without offloading: fine-grained activation and optimizer CPU offload on the 256
@@ -928,7 +993,7 @@ class Search:
         any_ok = False
         all_ok = True
         lk = lp.key()
-        bounds = self.variant_bounds(lp, mode, rec) if self.variant_bound and extra is None and not dry else None
+        bounds = self.bounds_of(lp, mode, rec, extra) if self.variant_bound and not dry else None
         overlaps = _overlap_variants(req, lp, rec)  # read only
         for disp in _dispatcher_variants(req, lp):
             for gr in self.graph_variants(upd, disp):
@@ -954,7 +1019,7 @@ class Search:
                     self.feasible += 1
                     prev = self.best_by_layout.get(lk)
                     if bounds is not None:
-                        # a variant whose lower bound (:meth:`variant_bound`) already rules out both tests below is
+                        # a variant whose lower bound (:meth:`bounds_of`) already rules out both tests below is
                         # not priced: it could not be recorded (the bound never exceeds its step time)
                         bound = bounds(disp, ov)
                         if (prev is not None and bound >= prev.step_time_s) or (bound > self.kth_best()
@@ -1105,6 +1170,15 @@ class Search:
         in another order differ by far less than the floor's relative 1e-9). A variant is recorded only when its step
         is below its layout's best so far and at most the k-th best (:meth:`consider`); both only fall as the search
         goes on, so a bound at least the first or above the second rules the variant out for the rest of the ladder.
+
+        Each dispatcher is first bounded without pricing option ``j``: by the same floor of the layout's base job,
+        without recompute (priced by :meth:`pass_2`), which is at most option ``j``'s - also in floats, so the answer
+        is the same. Its stage floors are compute + 0.0 + TP + CP with the same compute, TP and CP seconds as option
+        ``j``'s job (with any dispatcher), whose recompute seconds are >= 0; float addition is monotone, and so is
+        :func:`_schedule_floor` in each stage floor (it adds to them, takes their max and multiplies by positive
+        constants); its other inputs (the EP overlap partner, the dispatcher's seconds, the PP send/recv, optimizer
+        and host seconds, the schedule) do not read the recompute option (tests/test_plan_ladder.py compares each
+        bit for bit). Where it rules the dispatcher out, option ``j``'s floor does too.
         """
         req = self.req
         rec = self.rec_opts[j][1]
@@ -1112,22 +1186,27 @@ class Search:
         prev = self.best_by_layout.get(lp.key())
         own = _recomputes_dispatch(rec)
         feats = self.features(mode, lp, rec)
+        least = self.time_of(lp, self.features(mode, lp, {}))  # no recompute: priced by :meth:`pass_2`
         for disp in _dispatcher_variants(req, lp):
             if self.rest_graphs(j, disp) <= fitted:
                 continue
+            a2a = self.a2a_of(lp, self.features(mode, lp, disp))
+            # first without pricing option ``j``: the floor of the base job, without recompute, is at most option
+            # ``j``'s with this dispatcher, in floats too (see the docstring)
+            bound = _schedule_floor(least, [a2a], ep_overlap=overlap)
+            if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
+                continue
             if own:
-                # first without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
+                # then without pricing this dispatcher's job: option ``j``'s base job less its own recomputed
                 # dispatch/combines, plus this dispatcher's (:func:`_schedule_floor`, ``less``)
                 base = self.time_of(lp, feats)
-                bound = _schedule_floor(base, [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap,
-                                        less=base.stage_rec_a2a)
+                bound = _schedule_floor(base, [a2a], ep_overlap=overlap, less=base.stage_rec_a2a)
                 if (prev is not None and bound >= prev.step_time_s) or bound > self.kth_best():
                     continue
                 res = self.time_of(lp, self.features(mode, lp, {**rec, **disp}))
                 bound = _schedule_floor(res, [res], ep_overlap=overlap)
             else:
-                bound = _schedule_floor(self.time_of(lp, feats),
-                                        [self.a2a_of(lp, self.features(mode, lp, disp))], ep_overlap=overlap)
+                bound = _schedule_floor(self.time_of(lp, feats), [a2a], ep_overlap=overlap)
             if not ((prev is not None and bound >= prev.step_time_s) or bound > self.kth_best()):
                 return False
         return True
@@ -1453,9 +1532,15 @@ def _schedule_floor(res: StepWalls, by_dispatcher: list[Any] | None = None, ep_o
         eff = res.ep_overlap_eff if ep_overlap else 0.0
         if 0.0 <= eff <= 1.0:
             late = 1 - 1 / max(m, 1)
-            per_stage = [x + min(ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], res.stage_partner[p]) * late,
-                                          d.sm_frac if ep_overlap else 0.0) for d in by_dispatcher)
-                         for p, x in enumerate(per_stage)]
+            partner = res.stage_partner
+            if len(by_dispatcher) == 1:  # the min of one term is the term
+                a2a, sm = by_dispatcher[0].stage_a2a, by_dispatcher[0].sm_frac if ep_overlap else 0.0
+                per_stage = [x + ep_term(a, eff * min(a, q) * late, sm)
+                             for x, a, q in zip(per_stage, a2a, partner, strict=True)]
+            else:
+                per_stage = [x + min(ep_term(d.stage_a2a[p], eff * min(d.stage_a2a[p], partner[p]) * late,
+                                              d.sm_frac if ep_overlap else 0.0) for d in by_dispatcher)
+                             for p, x in enumerate(per_stage)]
     steady, bubble = pipeline_step([max(per_stage)], m, pp, vpp)
     return (steady + bubble + res.walls["comm_pp"] + res.walls["optimizer"] + res.step_host) * (1.0 - 1e-9)
 
