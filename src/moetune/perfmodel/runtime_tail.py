@@ -258,8 +258,10 @@ def tail_builder(job: Job):
 #: :func:`_graph_pool`); of the rest of the job it reads the layout's TP, CP, EP, ETP and PP (with the GPU count: DP
 #: and EDP), the GPU count, the system's NVLink domain, the model's MoE fields and hidden size, and the sequence length
 #: and microbatch size (HybridEP tokens)
-TAIL_READ_FEATURES = ("cuda_graph_impl", "cuda_graph_scope", "expandable_segments", "moe_token_dispatcher_type",
-                      "moe_flex_dispatcher_backend", "num_distributed_optimizer_instances", "sequence_parallel")
+TAIL_GRAPH_FEATURES = ("cuda_graph_impl", "cuda_graph_scope")
+TAIL_OTHER_FEATURES = ("expandable_segments", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend",
+                       "num_distributed_optimizer_instances", "sequence_parallel")
+TAIL_READ_FEATURES = TAIL_GRAPH_FEATURES + TAIL_OTHER_FEATURES
 
 
 def _graph_pool(f: Features) -> bool:
@@ -273,7 +275,7 @@ def tail_features(f: Features) -> Features:
     theirs where the job keeps no full-iteration pool: what :func:`shared_tail_builder` is given, so the jobs whose
     tails read the same values (recompute, offloading, graph-scope and other variants) share one builder. One
     instance per value (:func:`moetune.memo.canonical`). Not validated (a projection for the tail only)."""
-    keep = TAIL_READ_FEATURES if _graph_pool(f) else TAIL_READ_FEATURES[2:]  # [2:]: without the two graph fields
+    keep = TAIL_READ_FEATURES if _graph_pool(f) else TAIL_OTHER_FEATURES
     return canonical(Features.model_construct(**{k: getattr(f, k) for k in keep}))
 
 

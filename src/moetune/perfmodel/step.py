@@ -1324,11 +1324,10 @@ def evaluate(prof: Profile, eff: Efficiency) -> StepWalls:
     # an interleaved schedule's host enqueues ahead of its GPU except at the forward's dropless host syncs
     blocks = any(lt.launches.syncs > 0 for lt in prof.types.values())
     steady, bubble = S.pipeline_step(per_mb, m, prof.pp, prof.vpp, stage_host=list(cols[5]), fwd_host_blocks=blocks)
-    top = max(per_mb)
-    if top != top or any(map(math.isnan, per_mb)):  # a NaN: numpy's rule (first NaN)
+    if any(map(math.isnan, per_mb)):  # a NaN: numpy's rule (first NaN)
         bott = int(np.argmax(per_mb))
     else:  # np.argmax (first maximum) without building an array: max keeps the first of equal values
-        bott = per_mb.index(top)
+        bott = per_mb.index(max(per_mb))
     b_comp, b_rec, b_tp, b_cp, b_ep, b_host, b_gemm, b_attn, b_mem = stage_walls[bott][:9]
     b_off = stage_walls[bott][12]
     # PP send/recv: warm-up/flush transfers are on the critical path; steady-state ones overlap (overlap_p2p_comm)
